@@ -1,0 +1,40 @@
+# riverbed — the two commands a newcomer needs are `make demo` and `make test`.
+# Both install what is missing first (as root, non-interactively), like `make install`.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install test demo lint typecheck bench clean
+
+install: $(STAMP)
+
+# Debian packages the tests use (kcat is librdkafka's command-line client).
+# The venv is rebuilt only when pyproject.toml changes.
+$(STAMP): pyproject.toml
+	@command -v kcat >/dev/null 2>&1 || { \
+	  echo "installing kcat (Debian)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	@touch $(STAMP)
+
+lint: install
+	$(BIN)/ruff check riverbed tests benchmarks
+	$(BIN)/ruff format --check riverbed tests benchmarks
+
+typecheck: install
+	$(BIN)/mypy
+
+test: install lint typecheck
+	$(BIN)/pytest
+
+demo: install
+	$(BIN)/python -m riverbed.demo
+
+bench: install
+	$(BIN)/python benchmarks/broker_throughput.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -1,0 +1,1 @@
+"""riverbed: a streaming data platform where the log is the database."""
