@@ -1,0 +1,201 @@
+"""Per-topic log configuration: the values, their Kafka names, defaults and parsers.
+
+:data:`TOPIC_CONFIGS` maps each topic-level name (``segment.bytes``) to the broker-level
+name that sets its default (``log.segment.bytes``), Kafka's default value, a parser that
+turns the property string into the typed value (InvalidConfigError on a bad one) and a
+one-line doc. Retention and compaction are only carried here; nothing enforces them yet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from riverbed.log.batch import TimestampType
+from riverbed.log.errors import InvalidConfigError
+
+DAY_MS = 24 * 60 * 60 * 1000
+SEGMENT_BYTES = 1024 * 1024 * 1024
+"""log.segment.bytes default: 1 GiB."""
+SEGMENT_MS = 7 * DAY_MS
+"""log.roll.hours default: 168 hours."""
+SEGMENT_INDEX_BYTES = 10 * 1024 * 1024
+"""log.index.size.max.bytes default: 10 MiB."""
+INDEX_INTERVAL_BYTES = 4096
+"""log.index.interval.bytes default."""
+MAX_MESSAGE_BYTES = 1048588
+"""message.max.bytes default: 1 MiB + Kafka's 12-byte LOG_OVERHEAD."""
+RETENTION_MS = 7 * DAY_MS
+"""log.retention.hours default: 168 hours."""
+RETENTION_BYTES = -1
+"""log.retention.bytes default: unlimited."""
+MIN_SEGMENT_BYTES = 14
+"""Kafka 3.x's lower bound on segment.bytes (LegacyRecord.RECORD_OVERHEAD_V0); kept so tests
+can roll segments after every batch."""
+MIN_SEGMENT_INDEX_BYTES = 8
+"""One offset-index entry."""
+
+_CLEANUP_POLICIES = frozenset({"delete", "compact", "compact,delete", "delete,compact"})
+_COMPRESSION_TYPES = frozenset({"producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"})
+_TIMESTAMP_TYPES = {
+    "CreateTime": TimestampType.CREATE_TIME,
+    "LogAppendTime": TimestampType.LOG_APPEND_TIME,
+}
+
+
+def _int_parser(*, minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise InvalidConfigError(f"{text!r} is not an integer") from None
+        if value < minimum or value > 2**63 - 1:
+            raise InvalidConfigError(f"{value} is out of range (at least {minimum})")
+        return value
+
+    return parse
+
+
+def _choice_parser(choices: frozenset[str]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip().replace(" ", "")
+        if value not in choices:
+            raise InvalidConfigError(f"{text!r} is not one of {sorted(choices)}")
+        return value
+
+    return parse
+
+
+def _parse_timestamp_type(text: str) -> TimestampType:
+    try:
+        return _TIMESTAMP_TYPES[text.strip()]
+    except KeyError:
+        raise InvalidConfigError(f"{text!r} is not CreateTime or LogAppendTime") from None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfigDef:
+    """One row of TOPIC_CONFIGS."""
+
+    field: str
+    broker_name: str
+    default: Any
+    parse: Callable[[str], Any]
+    doc: str
+
+
+TOPIC_CONFIGS: Mapping[str, ConfigDef] = {
+    "segment.bytes": ConfigDef(
+        field="segment_bytes",
+        broker_name="log.segment.bytes",
+        default=SEGMENT_BYTES,
+        parse=_int_parser(minimum=MIN_SEGMENT_BYTES),
+        doc="Roll the active segment when it reaches this size.",
+    ),
+    "segment.ms": ConfigDef(
+        field="segment_ms",
+        broker_name="log.roll.ms",
+        default=SEGMENT_MS,
+        parse=_int_parser(minimum=1),
+        doc="Roll the active segment when it is this old (by the broker clock).",
+    ),
+    "segment.index.bytes": ConfigDef(
+        field="segment_index_bytes",
+        broker_name="log.index.size.max.bytes",
+        default=SEGMENT_INDEX_BYTES,
+        parse=_int_parser(minimum=MIN_SEGMENT_INDEX_BYTES),
+        doc="Roll the active segment when its offset index reaches this size.",
+    ),
+    "index.interval.bytes": ConfigDef(
+        field="index_interval_bytes",
+        broker_name="log.index.interval.bytes",
+        default=INDEX_INTERVAL_BYTES,
+        parse=_int_parser(minimum=0),
+        doc="Add an offset-index entry after this many bytes of batches.",
+    ),
+    "max.message.bytes": ConfigDef(
+        field="max_message_bytes",
+        broker_name="message.max.bytes",
+        default=MAX_MESSAGE_BYTES,
+        parse=_int_parser(minimum=0),
+        doc="Largest record batch accepted.",
+    ),
+    "message.timestamp.type": ConfigDef(
+        field="message_timestamp_type",
+        broker_name="log.message.timestamp.type",
+        default=TimestampType.CREATE_TIME,
+        parse=_parse_timestamp_type,
+        doc="CreateTime keeps the producer's timestamps; LogAppendTime stamps the broker's.",
+    ),
+    "cleanup.policy": ConfigDef(
+        field="cleanup_policy",
+        broker_name="log.cleanup.policy",
+        default="delete",
+        parse=_choice_parser(_CLEANUP_POLICIES),
+        doc="delete, compact or both (not enforced yet).",
+    ),
+    "retention.ms": ConfigDef(
+        field="retention_ms",
+        broker_name="log.retention.ms",
+        default=RETENTION_MS,
+        parse=_int_parser(minimum=-1),
+        doc="Delete segments older than this (not enforced yet).",
+    ),
+    "retention.bytes": ConfigDef(
+        field="retention_bytes",
+        broker_name="log.retention.bytes",
+        default=RETENTION_BYTES,
+        parse=_int_parser(minimum=-1),
+        doc="Delete old segments beyond this size (not enforced yet).",
+    ),
+    "compression.type": ConfigDef(
+        field="compression_type",
+        broker_name="compression.type",
+        default="producer",
+        parse=_choice_parser(_COMPRESSION_TYPES),
+        doc="producer keeps the producer's codec (the only value the log implements yet).",
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogConfig:
+    """The effective configuration of one partition's log. Defaults are Kafka's."""
+
+    segment_bytes: int = SEGMENT_BYTES
+    segment_ms: int = SEGMENT_MS
+    segment_index_bytes: int = SEGMENT_INDEX_BYTES
+    index_interval_bytes: int = INDEX_INTERVAL_BYTES
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    message_timestamp_type: TimestampType = TimestampType.CREATE_TIME
+    cleanup_policy: str = "delete"
+    retention_ms: int = RETENTION_MS
+    retention_bytes: int = RETENTION_BYTES
+    compression_type: str = "producer"
+
+    @classmethod
+    def from_properties(cls, overrides: Mapping[str, str], *, base: LogConfig) -> LogConfig:
+        """``base`` with topic-level properties applied; InvalidConfigError for an unknown
+        name or a bad value."""
+        changes: dict[str, Any] = {}
+        for name, text in overrides.items():
+            definition = TOPIC_CONFIGS.get(name)
+            if definition is None:
+                raise InvalidConfigError(f"unknown topic config {name!r}")
+            try:
+                changes[definition.field] = definition.parse(text)
+            except InvalidConfigError as exc:
+                raise InvalidConfigError(f"{name}: {exc}") from None
+        return dataclasses.replace(base, **changes)
+
+    def to_properties(self) -> dict[str, str]:
+        """Every topic-level name with its value as a property string."""
+        properties: dict[str, str] = {}
+        for name, definition in TOPIC_CONFIGS.items():
+            value = getattr(self, definition.field)
+            if isinstance(value, TimestampType):
+                value = next(k for k, v in _TIMESTAMP_TYPES.items() if v is value)
+            properties[name] = str(value)
+        return properties
