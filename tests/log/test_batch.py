@@ -160,8 +160,9 @@ def _kafka_python_records() -> ModuleType:
 
 
 def _skip_without_codec(name: str) -> None:
-    from kafka import codec
-
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka import codec
     if name == "snappy" and not codec.has_snappy():
         pytest.skip("kafka-python needs python-snappy for snappy; not a dev dependency")
 
