@@ -30,7 +30,7 @@ from kio.serial.readers import (
 )
 from kio.static.protocol import Entity
 
-__all__ = ("tolerant_entity_reader",)
+__all__ = ("read_tagged_fields", "tolerant_entity_reader")
 
 ReaderFn: TypeAlias = Callable[[Any, int], tuple[Any, int]]
 
@@ -89,7 +89,7 @@ def tolerant_entity_reader(entity_type: type[Entity]) -> ReaderFn:
             values[name], size = reader(buffer, position)
             position += size
         if flexible:
-            position = _read_tags(buffer, position, tagged, values)
+            position = read_tagged_fields(buffer, position, tagged, values)
             for name, default in tag_defaults.items():
                 values.setdefault(name, default)
         return entity_type(**values), position - offset
@@ -97,9 +97,13 @@ def tolerant_entity_reader(entity_type: type[Entity]) -> ReaderFn:
     return read
 
 
-def _read_tags(
+def read_tagged_fields(
     buffer: Any, position: int, tagged: dict[int, tuple[str, ReaderFn]], values: dict[str, Any]
 ) -> int:
+    """Read a tagged-field section at ``position`` into ``values``; return the end position.
+
+    Tags missing from ``tagged`` are skipped.
+    """
     count, size = read_unsigned_varint(buffer, position)
     position += size
     for _ in range(count):

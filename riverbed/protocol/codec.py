@@ -17,10 +17,9 @@ from typing import Any, TypeAlias
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
-from kio.serial.readers import read_unsigned_varint
 
 from riverbed.protocol._shape import shape_entity
-from riverbed.protocol._tolerant import tolerant_entity_reader
+from riverbed.protocol._tolerant import read_tagged_fields, tolerant_entity_reader
 from riverbed.protocol.errors import (
     LocalProtocolError,
     RemoteProtocolError,
@@ -61,19 +60,6 @@ class Request:
 def _request_reader(api_key: ApiKey, api_version: int) -> tuple[bool, Callable[..., Any]]:
     schema = load_request_schema(api_key, api_version)
     return schema.__flexible__, entity_reader(schema)
-
-
-def _skip_tagged_fields(frame: Buffer, offset: int) -> int:
-    count, size = read_unsigned_varint(frame, offset)
-    offset += size
-    for _ in range(count):
-        _tag, size = read_unsigned_varint(frame, offset)
-        offset += size
-        length, size = read_unsigned_varint(frame, offset)
-        offset += size + length
-    if offset > len(frame):
-        raise RemoteProtocolError("request header tagged fields run past the end of the frame")
-    return offset
 
 
 def decode_request(frame: Buffer) -> Request:
@@ -120,7 +106,7 @@ def decode_request(frame: Buffer) -> Request:
     flexible, reader = _request_reader(api_key, api_version)
     try:
         if flexible:
-            offset = _skip_tagged_fields(frame, offset)
+            offset = read_tagged_fields(frame, offset, {}, {})  # header v2 has no known tags
         try:
             body, size = reader(frame, offset)
         except KeyError:
