@@ -77,6 +77,8 @@ class FrameReader:
 
     def _take(self, n: int) -> bytes:
         """Remove and return the next ``n`` buffered bytes (caller checked ``n <= _pending``)."""
+        if n == 0:
+            return b""
         self._pending -= n
         first = self._chunks[0]
         start = self._first_offset
