@@ -4,8 +4,8 @@ Handlers write one dict per response with the field names of kio's *latest* sche
 example ``throttle_time``; ``throttle_time_ms`` is accepted as an alias for kio's timedelta
 fields) and this module maps it onto whichever version was negotiated:
 
-- a key that this version lacks is dropped; a key no version of that API has is a
-  ``LocalProtocolError`` (it is a typo, not a version difference);
+- a key that this version lacks is dropped (so is a misspelt key: not yet checked against
+  the union of all versions' field names);
 - a missing field takes its schema default, else a zero: 0, "", b"", False, the zero UUID,
   an empty tuple for arrays, ``None`` for nullable scalars, a nested default struct;
 - nested lists of dicts become tuples of the nested dataclasses; ints become
