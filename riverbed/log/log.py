@@ -1,0 +1,395 @@
+"""One partition's log: a sequence of LogSegments in one directory.
+
+On disk, ``DATA_DIR/TOPIC-PARTITION/``: ``<base offset:020d>.log`` / ``.index`` /
+``.timeindex`` per segment (see :mod:`riverbed.log.segment`), ``<offset:020d>.snapshot``
+producer-state snapshots (:mod:`riverbed.log.producer_state`), and the ``recovery-point``
+and ``clean-shutdown`` files (:mod:`riverbed.log.loader`).
+
+Durability: :meth:`Log.append` writes without fsync (enough for acks=1: the batch is in the
+page cache and survives a process crash); :meth:`Log.flush` fsyncs, after which everything
+below :attr:`Log.flushed_offset` survives a machine crash (acks=all). The broker should call
+flush periodically even without acks=all producers: the recovery point only moves, and
+rolled segments are only fsynced, in flush.
+
+After a crash, open recovers the tail (everything from the recovery point, normally the
+active segment): the first torn or corrupt batch and all after it are cut off, indexes are
+rebuilt, producer state is replayed from a snapshot; appends then continue with dense
+offsets after the last valid batch. Every flushed batch is still there.
+
+Threads: all methods run on one thread (the broker's event loop) except :meth:`flush`, which
+may run concurrently in a worker thread. ``_lock`` guards what flush reads (the active
+segment's fd, the end offset, the list of rolled segments still to fsync); flush fsyncs
+``dup``\\ s of the file descriptors outside the lock, so appends never wait for a disk sync.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import os
+import shutil
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from riverbed.log.batch import (
+    HEADER_SIZE,
+    TimestampType,
+    patch_base_offset,
+    patch_log_append_time,
+    validate_batch,
+)
+from riverbed.log.config import LogConfig
+from riverbed.log.errors import OffsetOutOfRangeError, RecordTooLargeError
+from riverbed.log.index import INT32_MAX, fsync_path
+from riverbed.log.loader import (
+    CLEAN_SHUTDOWN_FILE,
+    load_segments,
+    write_atomically,
+    write_recovery_point,
+)
+from riverbed.log.producer_state import ProducerStateManager, delete_snapshots, snapshot_path
+from riverbed.log.records import decode_records
+from riverbed.log.segment import LogSegment, scan_batches
+
+SNAPSHOTS_TO_KEEP_BELOW_RECOVERY_POINT = 2
+"""Kafka keeps a couple of old producer snapshots; one below the recovery point suffices."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppendResult:
+    """Where an appended (or duplicate) batch is in the log."""
+
+    base_offset: int
+    last_offset: int
+    log_append_time_ms: int
+    """The broker time stamped into a LogAppendTime batch; -1 for CreateTime topics."""
+    log_start_offset: int
+    duplicate: bool
+
+
+@dataclass(slots=True, kw_only=True)
+class _RolledSegment:
+    """A segment that stopped being active and is not yet fsynced (done by flush)."""
+
+    fd: int  # a dup, owned by this record
+    files: list[Path]
+    recovery_point: int
+
+
+class Log:
+    """A partition's log (on-disk layout and crash behaviour in the module docstring)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        config: LogConfig,
+        clock: Callable[[], int],
+        segments: list[LogSegment],
+        producers: ProducerStateManager,
+        recovery_point: int,
+    ) -> None:
+        self.directory = directory
+        self.config = config
+        self._clock = clock
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._producers = producers
+        active = segments[-1]
+        assert active.next_offset is not None
+        self._log_end_offset = active.next_offset
+        self._flushed_offset = active.base_offset
+        self._recovery_point = recovery_point
+        self._rolled: list[_RolledSegment] = []
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._closed = False
+
+    @classmethod
+    def open(cls, directory: Path, *, config: LogConfig, clock: Callable[[], int]) -> Log:
+        """Create the log in ``directory``, or open and (after a crash) recover it."""
+        loaded = load_segments(directory, config=config, now_ms=clock())
+        marker = directory / CLEAN_SHUTDOWN_FILE
+        if marker.exists():
+            marker.unlink()
+            fsync_path(directory)
+        log = cls(
+            directory,
+            config=config,
+            clock=clock,
+            segments=loaded.segments,
+            producers=loaded.producers,
+            recovery_point=loaded.recovery_point,
+        )
+        log._flushed_offset = log._log_end_offset  # everything found on disk was fsynced
+        return log
+
+    # --- offsets ----------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._bases[0]
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended record gets."""
+        return self._log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        """== log_end_offset: a single replica is its own ISR."""
+        return self._log_end_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        """Every offset below this is on stable storage."""
+        return self._flushed_offset
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return tuple(self._segments)
+
+    def producer_epoch(self, producer_id: int) -> int | None:
+        """The current epoch of an idempotent producer here, None if unknown."""
+        return self._producers.epoch(producer_id)
+
+    # --- append -----------------------------------------------------------------------------
+
+    def append(self, batch: bytes | bytearray | memoryview) -> AppendResult:
+        """Append exactly one magic-v2 batch as produced; see the module docstring.
+
+        Validates (header, CRC-32C, size <= max_message_bytes), checks idempotence, assigns
+        offsets by patching base_offset (and, for LogAppendTime, the timestamp + CRC), then
+        writes header and records with one pwritev, without copying the records.
+        """
+        view = memoryview(batch).cast("B") if not isinstance(batch, bytes) else memoryview(batch)
+        header = validate_batch(view)
+        if header.size > self.config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"batch of {header.size} bytes exceeds max.message.bytes "
+                f"{self.config.max_message_bytes}"
+            )
+        original = self._producers.check(header)
+        log_append_time = self.config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
+        if original is not None:
+            return AppendResult(
+                base_offset=original.first_offset,
+                last_offset=original.last_offset,
+                log_append_time_ms=original.timestamp_ms if log_append_time else -1,
+                log_start_offset=self.log_start_offset,
+                duplicate=True,
+            )
+        now_ms = self._clock()
+        self._maybe_roll(
+            size=header.size, last_offset_delta=header.last_offset_delta, now_ms=now_ms
+        )
+        base_offset = self._log_end_offset
+        head = bytearray(view[:HEADER_SIZE])
+        records = view[HEADER_SIZE:]
+        patch_base_offset(head, base_offset)
+        max_timestamp = header.max_timestamp
+        if log_append_time:
+            patch_log_append_time(head, records, timestamp_ms=now_ms)
+            max_timestamp = now_ms
+        active = self._segments[-1]
+        position = active.write([head, records])
+        active.track(
+            position,
+            base_offset=base_offset,
+            max_timestamp=max_timestamp,
+            size=header.size,
+            index_interval_bytes=self.config.index_interval_bytes,
+        )
+        last_offset = base_offset + header.last_offset_delta
+        active.next_offset = last_offset + 1
+        self._log_end_offset = last_offset + 1
+        if header.producer_id >= 0:
+            stored = dataclasses.replace(
+                header, base_offset=base_offset, max_timestamp=max_timestamp
+            )
+            self._producers.update(stored)
+        return AppendResult(
+            base_offset=base_offset,
+            last_offset=last_offset,
+            log_append_time_ms=now_ms if log_append_time else -1,
+            log_start_offset=self.log_start_offset,
+            duplicate=False,
+        )
+
+    def _maybe_roll(self, *, size: int, last_offset_delta: int, now_ms: int) -> None:
+        """Kafka's LogSegment.shouldRoll: full by bytes, by age, index full, or offsets no
+        longer fitting the index's int32 relative offsets."""
+        active = self._segments[-1]
+        if active.size == 0:
+            active.created_ms = now_ms
+            return
+        config = self.config
+        if (
+            active.size + size > config.segment_bytes
+            or now_ms - active.created_ms > config.segment_ms
+            or active.offset_index.size_bytes + 8 > config.segment_index_bytes
+            or active.time_index.size_bytes + 12 > config.segment_index_bytes
+            or self._log_end_offset + last_offset_delta - active.base_offset > INT32_MAX
+        ):
+            self.roll(now_ms=now_ms)
+
+    def roll(self, *, now_ms: int | None = None) -> None:
+        """Start a new active segment at log_end_offset (the old one is fsynced by flush)."""
+        old = self._segments[-1]
+        if old.size == 0:
+            return
+        end = self._log_end_offset
+        old.write_indexes()
+        snapshot = self._producers.write_snapshot(self.directory, offset=end)
+        new = LogSegment.create(
+            self.directory, base_offset=end, now_ms=self._clock() if now_ms is None else now_ms
+        )
+        with self._lock:
+            self._rolled.append(
+                _RolledSegment(
+                    fd=os.dup(old.fd),
+                    files=[old.index_path, old.time_index_path, snapshot],
+                    recovery_point=end,
+                )
+            )
+            self._segments.append(new)
+            self._bases.append(end)
+
+    # --- read -------------------------------------------------------------------------------
+
+    def read(self, offset: int, *, max_bytes: int, max_offset: int | None = None) -> bytes:
+        """Whole batches from the one holding ``offset``: at most ``max_bytes``, except that
+        the first batch is returned whole even if larger (Kafka's progress rule); none at or
+        after ``max_offset`` (default: high_watermark). b"" at log_end_offset."""
+        if offset < self.log_start_offset or offset > self._log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{self.log_start_offset}, {self._log_end_offset}]"
+            )
+        limit = self.high_watermark if max_offset is None else max_offset
+        if offset >= limit:
+            return b""
+        i = bisect.bisect_right(self._bases, offset) - 1
+        position = self._segments[i].position_of(offset)
+        parts: list[bytes] = []
+        remaining = max_bytes
+        while position is not None:
+            data, reached_end = self._segments[i].read(
+                position, max_bytes=remaining, max_offset=limit, first=not parts
+            )
+            parts.append(data)
+            remaining -= len(data)
+            i += 1
+            if not reached_end or remaining <= 0 or i == len(self._segments):
+                break
+            position = 0
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    # --- timestamps -------------------------------------------------------------------------
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= ``timestamp_ms``
+        (ListOffsets by time); None if there is none."""
+        for segment in self._segments:
+            if segment.largest_timestamp < timestamp_ms:
+                continue
+            position = segment.position_of(segment.time_index.lookup(timestamp_ms))
+            if position is None:
+                continue
+            batches = scan_batches(segment.fd, start=position, end=segment.size, check_crc=False)
+            for pos, header in batches:
+                if header.max_timestamp < timestamp_ms:
+                    continue
+                for record in decode_records(segment.read_batch(pos)):
+                    if record.timestamp >= timestamp_ms:
+                        return record.offset, record.timestamp
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3)."""
+        best: LogSegment | None = None
+        for segment in self._segments:
+            if segment.size and (best is None or segment.largest_timestamp > best.max_timestamp):
+                best = segment
+        if best is None:
+            return None
+        position = best.position_of(best.offset_of_max_timestamp)
+        if position is None:
+            return None
+        for record in decode_records(best.read_batch(position)):
+            if record.timestamp == best.max_timestamp:
+                return record.offset, record.timestamp
+        return None
+
+    # --- durability -------------------------------------------------------------------------
+
+    def flush(self) -> int:
+        """fsync everything appended so far; returns the new flushed_offset.
+
+        Safe to call from a worker thread while append() runs on the event loop: under the
+        lock it takes a dup of the active segment's fd, the end offset and the rolled
+        segments; the fsyncs happen outside it. Flushes are serialised among themselves."""
+        with self._flush_lock:
+            with self._lock:
+                end = self._log_end_offset
+                active_fd = os.dup(self._segments[-1].fd)
+                rolled, self._rolled = self._rolled, []
+            try:
+                for segment in rolled:
+                    os.fsync(segment.fd)
+                    for path in segment.files:
+                        fsync_path(path)
+                os.fsync(active_fd)
+                if rolled:
+                    fsync_path(self.directory)  # the new segment files' directory entries
+                    self._recovery_point = rolled[-1].recovery_point
+                    write_recovery_point(self.directory, self._recovery_point)
+            finally:
+                os.close(active_fd)
+                for segment in rolled:
+                    os.close(segment.fd)
+            self._flushed_offset = max(self._flushed_offset, end)
+            if rolled:
+                self._trim_snapshots()
+            return self._flushed_offset
+
+    def _trim_snapshots(self) -> None:
+        below = sorted(
+            int(p.name.split(".")[0])
+            for p in self.directory.glob("*.snapshot")
+            if p.name.split(".")[0].isdigit() and int(p.name.split(".")[0]) <= self._recovery_point
+        )
+        if len(below) > SNAPSHOTS_TO_KEEP_BELOW_RECOVERY_POINT:
+            cut = below[-SNAPSHOTS_TO_KEEP_BELOW_RECOVERY_POINT]
+            delete_snapshots(self.directory, below=cut)
+
+    def close(self) -> None:
+        """Flush, persist indexes + a producer snapshot, then mark the shutdown clean."""
+        if self._closed:
+            return
+        self.flush()
+        active = self._segments[-1]
+        active.write_indexes()
+        snapshot = self._producers.write_snapshot(self.directory, offset=self._log_end_offset)
+        for path in (active.index_path, active.time_index_path, snapshot):
+            fsync_path(path)
+        write_recovery_point(self.directory, active.base_offset)
+        write_atomically(self.directory / CLEAN_SHUTDOWN_FILE, b"")
+        for segment in self._segments:
+            segment.close()
+        self._closed = True
+
+    def delete(self) -> None:
+        """Close the files and remove the directory (no flush)."""
+        with self._lock:
+            for rolled in self._rolled:
+                os.close(rolled.fd)
+            self._rolled = []
+        for segment in self._segments:
+            segment.close()
+        self._closed = True
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def snapshot_path(self, offset: int) -> Path:
+        return snapshot_path(self.directory, offset)
