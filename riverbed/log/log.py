@@ -382,6 +382,12 @@ class Log:
 
     def delete(self) -> None:
         """Close the files and remove the directory (no flush)."""
+        self.delete_files_later()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def delete_files_later(self) -> None:
+        """Close every file without flushing, leaving the directory for the caller to
+        rename and remove (LogManager.delete_topic)."""
         with self._lock:
             for rolled in self._rolled:
                 os.close(rolled.fd)
@@ -389,7 +395,6 @@ class Log:
         for segment in self._segments:
             segment.close()
         self._closed = True
-        shutil.rmtree(self.directory, ignore_errors=True)
 
     def snapshot_path(self, offset: int) -> Path:
         return snapshot_path(self.directory, offset)
