@@ -45,14 +45,14 @@ _TIMESTAMP_TYPES = {
 }
 
 
-def _int_parser(*, minimum: int) -> Callable[[str], int]:
+def _int_parser(*, minimum: int, maximum: int = 2**63 - 1) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             value = int(text.strip())
         except ValueError:
             raise InvalidConfigError(f"{text!r} is not an integer") from None
-        if value < minimum or value > 2**63 - 1:
-            raise InvalidConfigError(f"{value} is out of range (at least {minimum})")
+        if not minimum <= value <= maximum:
+            raise InvalidConfigError(f"{value} is outside [{minimum}, {maximum}]")
         return value
 
     return parse
@@ -91,7 +91,7 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = {
         field="segment_bytes",
         broker_name="log.segment.bytes",
         default=SEGMENT_BYTES,
-        parse=_int_parser(minimum=MIN_SEGMENT_BYTES),
+        parse=_int_parser(minimum=MIN_SEGMENT_BYTES, maximum=2**31 - 1),  # an int in Kafka
         doc="Roll the active segment when it reaches this size.",
     ),
     "segment.ms": ConfigDef(
