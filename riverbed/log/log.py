@@ -49,7 +49,7 @@ from riverbed.log.loader import (
     write_atomically,
     write_recovery_point,
 )
-from riverbed.log.producer_state import ProducerStateManager, delete_snapshots, snapshot_path
+from riverbed.log.producer_state import ProducerStateManager, delete_snapshots
 from riverbed.log.records import decode_records
 from riverbed.log.segment import LogSegment, scan_batches
 
@@ -275,8 +275,12 @@ class Log:
         parts: list[bytes] = []
         remaining = max_bytes
         while position is not None:
+            last = i == len(self._segments) - 1
             data, reached_end = self._segments[i].read(
-                position, max_bytes=remaining, max_offset=limit, first=not parts
+                position,
+                max_bytes=remaining,
+                max_offset=limit if last or limit < self._bases[i + 1] else None,
+                first=not parts,
             )
             parts.append(data)
             remaining -= len(data)
@@ -395,6 +399,3 @@ class Log:
         for segment in self._segments:
             segment.close()
         self._closed = True
-
-    def snapshot_path(self, offset: int) -> Path:
-        return snapshot_path(self.directory, offset)

@@ -302,28 +302,30 @@ class LogSegment:
         return None if found is None else found[0]
 
     def read(
-        self, position: int, *, max_bytes: int, max_offset: int, first: bool
+        self, position: int, *, max_bytes: int, max_offset: int | None, first: bool
     ) -> tuple[bytes, bool]:
         """Whole batches from ``position``: at most ``max_bytes`` (but with ``first`` the
-        first batch whole even if larger), none with base offset >= ``max_offset``.
+        first batch whole even if larger), none with base offset >= ``max_offset`` (None:
+        no such limit in this segment).
 
         Returns the bytes and whether they reach the end of the segment. One pread in the
         usual case; the cut to whole batches walks headers from the nearest index entry."""
         limit = self.size
-        if self.next_offset is None or max_offset < self.next_offset:
+        if max_offset is not None and (self.next_offset is None or max_offset < self.next_offset):
             stop = self._seek(max_offset)
             if stop is not None:
                 stop_pos, stop_base, stop_size = stop
                 limit = stop_pos if stop_base >= max_offset else stop_pos + stop_size
         if limit <= position:
             return b"", limit == self.size
-        want = min(max_bytes, limit - position)
-        if first and want < limit - position:
-            _, first_size = read_offset_and_size(os.pread(self.fd, 12, position))
-            want = max(want, min(first_size, limit - position))
-        data = os.pread(self.fd, want, position)
+        want = max(max_bytes, 12) if first else max_bytes  # 12: enough to size the first batch
+        data = os.pread(self.fd, min(want, limit - position), position)
         if len(data) == limit - position:
             return data, limit == self.size
+        if first:
+            _, first_size = read_offset_and_size(data)
+            if first_size > len(data):  # Kafka's progress rule: the first batch, whole
+                data = os.pread(self.fd, min(first_size, limit - position), position)
         walk = max(self.offset_index.floor_position(position + len(data)), position) - position
         while len(data) - walk >= 12:
             _, size = read_offset_and_size(data, walk)
