@@ -336,6 +336,8 @@ class Log:
         segments; the fsyncs happen outside it. Flushes are serialised among themselves."""
         with self._flush_lock:
             with self._lock:
+                if self._closed:  # closed or deleted meanwhile: nothing left to sync
+                    return self._flushed_offset
                 end = self._log_end_offset
                 active_fd = os.dup(self._segments[-1].fd)
                 rolled, self._rolled = self._rolled, []
@@ -380,9 +382,10 @@ class Log:
             fsync_path(path)
         write_recovery_point(self.directory, active.base_offset)
         write_atomically(self.directory / CLEAN_SHUTDOWN_FILE, b"")
-        for segment in self._segments:
-            segment.close()
-        self._closed = True
+        with self._lock:
+            self._closed = True
+            for segment in self._segments:
+                segment.close()
 
     def delete(self) -> None:
         """Close the files and remove the directory (no flush)."""
@@ -392,10 +395,10 @@ class Log:
     def delete_files_later(self) -> None:
         """Close every file without flushing, leaving the directory for the caller to
         rename and remove (LogManager.delete_topic)."""
-        with self._lock:
+        with self._flush_lock, self._lock:
+            self._closed = True
             for rolled in self._rolled:
                 os.close(rolled.fd)
             self._rolled = []
-        for segment in self._segments:
-            segment.close()
-        self._closed = True
+            for segment in self._segments:
+                segment.close()

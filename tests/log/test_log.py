@@ -162,3 +162,15 @@ def test_flush_reports_flushed_offset(tmp_path: Path) -> None:
     assert log.flush() == log.log_end_offset == log.flushed_offset == 20
     base = log.segments[-1].base_offset
     assert (tmp_path / "t-0" / "recovery-point").read_text() == f"0\n{base}\n"
+
+
+def test_flush_after_close_or_delete_is_a_no_op(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "a-0")
+    log.append(batch(2))
+    log.close()
+    assert log.flush() == 2
+    doomed = open_log(tmp_path / "b-0")
+    doomed.append(batch(3))
+    doomed.delete()
+    assert not (tmp_path / "b-0").exists()
+    assert doomed.flush() == 0
