@@ -11,12 +11,14 @@ parts they have in common in one place:
 - ``require_topic`` checks that the topic (and partition) a tool names exists;
 - ``wait_for_cluster`` asks for cluster metadata, bounded by the connect timeout, and turns
   an unreachable cluster into one ``CliError`` line instead of a hang;
-- ``describe_kafka_error`` makes a ``KafkaError`` readable.
+- ``describe_kafka_error`` makes a ``KafkaError`` readable, and ``kafka_errors`` wraps a
+  tool's ``run`` so that no ``KafkaException`` escapes as a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -35,6 +37,7 @@ __all__ = [
     "client_config",
     "create_client",
     "describe_kafka_error",
+    "kafka_errors",
     "non_negative_int",
     "parse_assignments",
     "positive_int",
@@ -209,6 +212,19 @@ def require_topic(
             f"topic {args.topic!r} has no partition {partition} (it has {len(topic.partitions)})"
         )
     return topic
+
+
+def kafka_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Wrap a tool's ``run``: a Kafka error it did not expect still ends as one line, exit 1."""
+
+    @functools.wraps(run)
+    def wrapper(args: argparse.Namespace) -> int:
+        try:
+            return run(args)
+        except KafkaException as e:
+            raise CliError(describe_kafka_error(e)) from None
+
+    return wrapper
 
 
 def describe_kafka_error(error: KafkaError | KafkaException | object) -> str:

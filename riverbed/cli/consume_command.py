@@ -36,6 +36,7 @@ from riverbed.cli.client import (
     client_config,
     create_client,
     describe_kafka_error,
+    kafka_errors,
     non_negative_int,
     parse_assignments,
     positive_int,
@@ -116,7 +117,7 @@ def add_parser(commands: Any) -> None:
         metavar="KEY=VALUE",
         help="a librdkafka consumer setting, passed through (repeatable; wins over flags)",
     )
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=kafka_errors(run))
 
 
 def _offset(text: str) -> int | str:

@@ -19,6 +19,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import (
     AdminClient,
+    ClusterMetadata,
     ConfigResource,
     ConfigSource,
     NewPartitions,
@@ -32,6 +33,7 @@ from riverbed.cli.client import (
     client_config,
     create_client,
     describe_kafka_error,
+    kafka_errors,
     parse_assignments,
     positive_int,
     wait_for_cluster,
@@ -97,15 +99,14 @@ def _action(actions: Any, name: str, run: Any, help_text: str) -> argparse.Argum
         name, help=help_text, description=help_text[0].upper() + help_text[1:] + "."
     )
     add_connection_arguments(parser)
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=kafka_errors(run))
     return parser
 
 
-def _connect(args: argparse.Namespace) -> AdminClient:
+def _connect(args: argparse.Namespace) -> tuple[AdminClient, ClusterMetadata]:
     errors = ErrorLog()
     admin = create_client(AdminClient, client_config(args, errors))
-    wait_for_cluster(admin, args, errors)
-    return admin
+    return admin, wait_for_cluster(admin, args, errors)
 
 
 def _result(future: Future[Any], what: str) -> Any:
@@ -129,7 +130,7 @@ def _error_code(future: Future[Any]) -> int | None:
 def run_create(args: argparse.Namespace) -> int:
     """CreateTopics; exit 1 if the topic exists, unless --if-not-exists."""
     configs = parse_assignments(args.config, flag="--config")
-    admin = _connect(args)
+    admin, _ = _connect(args)
     topic = NewTopic(
         args.topic,
         num_partitions=args.partitions or BROKER_DEFAULT,
@@ -147,8 +148,7 @@ def run_create(args: argparse.Namespace) -> int:
 
 def run_list(args: argparse.Namespace) -> int:
     """Metadata for all topics: their names, sorted."""
-    admin = _connect(args)
-    metadata = admin.list_topics(timeout=REQUEST_TIMEOUT_S)
+    _, metadata = _connect(args)
     for name in sorted(metadata.topics):
         if args.exclude_internal and name.startswith("__"):
             continue
@@ -158,11 +158,8 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_describe(args: argparse.Namespace) -> int:
     """Metadata (with topic IDs) and DescribeConfigs for one topic or all of them."""
-    admin = _connect(args)
-    if args.topic is None:
-        names = sorted(admin.list_topics(timeout=REQUEST_TIMEOUT_S).topics)
-    else:
-        names = [args.topic]
+    admin, metadata = _connect(args)
+    names = sorted(metadata.topics) if args.topic is None else [args.topic]
     if not names:
         return 0
     descriptions = admin.describe_topics(TopicCollection(names), request_timeout=REQUEST_TIMEOUT_S)
@@ -213,7 +210,7 @@ def _print_description(description: Any, configs: list[str]) -> None:
 
 def run_delete(args: argparse.Namespace) -> int:
     """DeleteTopics; exit 1 if there is no such topic, unless --if-exists."""
-    admin = _connect(args)
+    admin, _ = _connect(args)
     future = admin.delete_topics([args.topic], request_timeout=REQUEST_TIMEOUT_S)[args.topic]
     future.exception()
     if _error_code(future) == KafkaError.UNKNOWN_TOPIC_OR_PART:
@@ -227,7 +224,7 @@ def run_delete(args: argparse.Namespace) -> int:
 
 def run_alter(args: argparse.Namespace) -> int:
     """CreatePartitions: grow the topic to --partitions (Kafka cannot shrink a topic)."""
-    admin = _connect(args)
+    admin, _ = _connect(args)
     request = NewPartitions(args.topic, args.partitions)
     future = admin.create_partitions([request], request_timeout=REQUEST_TIMEOUT_S)[args.topic]
     future.exception()
