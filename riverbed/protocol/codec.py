@@ -67,7 +67,8 @@ def decode_request(frame: Buffer) -> Request:
 
     Raises ``UnsupportedVersionError`` for an API key or version outside ``SUPPORTED_APIS``'s
     implemented range (the body is not parsed then), ``RemoteProtocolError`` for anything
-    malformed, truncated or followed by trailing bytes, and never any other exception.
+    malformed or truncated, and never any other exception. Trailing bytes after the
+    body are ignored, as Apache Kafka does.
     Unknown tagged fields are ignored.
     """
     if type(frame) is not bytes:
@@ -108,21 +109,19 @@ def decode_request(frame: Buffer) -> Request:
         if flexible:
             offset = read_tagged_fields(frame, offset, {}, {})  # header v2 has no known tags
         try:
-            body, size = reader(frame, offset)
+            body, _ = reader(frame, offset)
         except KeyError:
             # kio's native reader rejects unknown tagged fields; KIP-482 says skip them.
             schema = load_request_schema(api_key, api_version)
-            body, size = tolerant_entity_reader(schema)(frame, offset)
+            body, _ = tolerant_entity_reader(schema)(frame, offset)
     except RemoteProtocolError:
         raise
     except _READ_FAILURES as e:
         raise RemoteProtocolError(
             f"malformed {api_key.name} v{api_version} request: {type(e).__name__}: {e}"
         ) from e
-    if offset + size != length:
-        raise RemoteProtocolError(
-            f"{length - offset - size} trailing bytes after {api_key.name} v{api_version} request"
-        )
+    # Bytes after the body are ignored, as Apache Kafka ignores them: librdkafka 2.16's
+    # Metadata v12 request carries 3 (a v8-10 field and a tag section) and Kafka serves it.
     return Request(
         api_key=api_key,
         api_version=api_version,

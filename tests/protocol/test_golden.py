@@ -325,3 +325,14 @@ def test_api_versions_response_uses_header_v0(version: int) -> None:
     keys = {k.api_key: (k.min_version, k.max_version) for k in decoded.api_keys}
     assert keys[0] == (0, 11)
     assert keys[18] == (0, 4)
+
+
+def test_librdkafka_metadata_v12_with_trailing_bytes_decodes() -> None:
+    # Captured from confluent-kafka 2.16.1's AdminClient.list_topics(): after the v12 body
+    # (null topics, two booleans, no tags) librdkafka sends 3 more bytes; Kafka serves it.
+    frame = bytes.fromhex("0003000c00000003000772646b61666b610000000000010000")
+    request = decode_request(frame)
+    assert request.api_key == ApiKey.METADATA
+    assert request.api_version == 12
+    assert request.client_id == "rdkafka"
+    assert request.body.topics is None

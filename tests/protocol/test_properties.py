@@ -85,9 +85,9 @@ def test_truncated_and_padded_frames(api_key: ApiKey, version: int, data: st.Dat
     for cut in range(len(frame)):
         with pytest.raises(RemoteProtocolError):
             decode_request(frame[:cut])
+    # Kafka ignores bytes after the body (and librdkafka sends some): so do we.
     trailing = data.draw(st.binary(min_size=1, max_size=8))
-    with pytest.raises(RemoteProtocolError, match="trailing"):
-        decode_request(frame + trailing)
+    assert decode_request(frame + trailing).body == decode_request(frame).body
 
 
 @pytest.mark.parametrize(("api_key", "version"), ISSUE_2_APIS, ids=str)
