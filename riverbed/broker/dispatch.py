@@ -1,0 +1,37 @@
+"""Which handler serves which API key; the served set is also what ApiVersions advertises."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from riverbed.broker.handlers import cluster, fetch, list_offsets, metadata, produce, producers
+from riverbed.broker.handlers import topics as topic_admin
+from riverbed.broker.state import BrokerState
+from riverbed.protocol import ApiKey, Request, api_versions_body
+
+__all__ = ["HANDLERS", "Handler"]
+
+Handler = Callable[[BrokerState, Request], Awaitable[dict[str, Any] | None]]
+
+
+async def _api_versions(state: BrokerState, request: Request) -> dict[str, Any]:
+    return api_versions_body(served=frozenset(HANDLERS))
+
+
+HANDLERS: Mapping[ApiKey, Handler] = MappingProxyType(
+    {
+        ApiKey.PRODUCE: produce.handle,
+        ApiKey.FETCH: fetch.handle,
+        ApiKey.LIST_OFFSETS: list_offsets.handle,
+        ApiKey.METADATA: metadata.handle,
+        ApiKey.API_VERSIONS: _api_versions,
+        ApiKey.CREATE_TOPICS: topic_admin.create_topics,
+        ApiKey.DELETE_TOPICS: topic_admin.delete_topics,
+        ApiKey.CREATE_PARTITIONS: topic_admin.create_partitions,
+        ApiKey.INIT_PRODUCER_ID: producers.handle,
+        ApiKey.DESCRIBE_CONFIGS: cluster.describe_configs,
+        ApiKey.DESCRIBE_CLUSTER: cluster.describe_cluster,
+    }
+)

@@ -1,0 +1,57 @@
+"""ListOffsets (API 2): earliest, latest, by timestamp, and the largest timestamp."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from riverbed.broker.errors import error_code_for
+from riverbed.broker.state import BrokerState
+from riverbed.log.errors import LogError
+from riverbed.log.log import Log
+from riverbed.protocol import ErrorCode, Request
+
+# Kafka's special timestamps (ListOffsetsRequest.LATEST_TIMESTAMP etc.).
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4  # KIP-405: the same as earliest without tiered storage
+LATEST_TIERED_TIMESTAMP = -5  # KIP-1005: nothing is tiered, so the log start
+UNKNOWN = -1
+
+
+def _lookup(partition_log: Log, timestamp: int) -> tuple[int, int]:
+    """(timestamp, offset) Kafka answers for this target timestamp."""
+    if timestamp == LATEST_TIMESTAMP:
+        return UNKNOWN, partition_log.high_watermark
+    if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP, LATEST_TIERED_TIMESTAMP):
+        return UNKNOWN, partition_log.log_start_offset
+    if timestamp == MAX_TIMESTAMP:
+        found = partition_log.max_timestamp_offset()
+    else:
+        found = partition_log.offset_for_timestamp(timestamp)
+    if found is None:
+        return UNKNOWN, UNKNOWN
+    offset, record_timestamp = found
+    return record_timestamp, offset
+
+
+async def handle(state: BrokerState, request: Request) -> dict[str, Any]:
+    topics: list[dict[str, Any]] = []
+    for topic in request.body.topics:
+        partitions: list[dict[str, Any]] = []
+        for wanted in topic.partitions:
+            entry: dict[str, Any] = {
+                "partition_index": wanted.partition_index,
+                "error_code": ErrorCode.none,
+                "timestamp": UNKNOWN,
+                "offset": UNKNOWN,
+                "leader_epoch": 0,
+            }
+            try:
+                partition_log = state.logs.log(topic.name, wanted.partition_index)
+                entry["timestamp"], entry["offset"] = _lookup(partition_log, wanted.timestamp)
+            except (LogError, OSError) as e:
+                entry["error_code"] = error_code_for(e)
+            partitions.append(entry)
+        topics.append({"name": topic.name, "partitions": partitions})
+    return {"throttle_time": 0, "topics": topics}

@@ -1,0 +1,111 @@
+"""Produce (API 0): append each partition's batch as received; acks 0, 1 and all.
+
+The batch bytes go to the log untouched but for the offsets patched into its header (see
+``riverbed.log``). With ``acks=all`` the response waits for the group flusher, so an
+acknowledged batch is on stable storage; with ``acks=1`` it is acknowledged once written;
+with ``acks=0`` no response is sent at all, as the protocol says.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from riverbed.broker.errors import error_code_for
+from riverbed.broker.state import BrokerState
+from riverbed.log.errors import LogError
+from riverbed.log.log import Log
+from riverbed.protocol import ErrorCode, Request
+
+log = logging.getLogger(__name__)
+
+ACKS_NONE, ACKS_LEADER, ACKS_ALL = 0, 1, -1
+
+
+def _partition_result(index: int, code: ErrorCode, message: str | None = None) -> dict[str, Any]:
+    return {
+        "index": index,
+        "error_code": code,
+        "base_offset": -1,
+        "log_append_time": -1,
+        "log_start_offset": -1,
+        "record_errors": [],
+        "error_message": message,
+    }
+
+
+async def handle(state: BrokerState, request: Request) -> dict[str, Any] | None:
+    body = request.body
+    acks = body.acks
+    if body.transactional_id is not None:
+        code, message = ErrorCode.transactional_id_authorization_failed, "no transactions yet"
+        return _respond_all(body, code, message)
+    if acks not in (ACKS_NONE, ACKS_LEADER, ACKS_ALL):
+        return _respond_all(body, ErrorCode.invalid_required_acks, f"acks={acks}")
+
+    responses: list[dict[str, Any]] = []
+    written: list[Log] = []
+    results: list[dict[str, Any]] = []
+    for topic in body.topic_data:
+        partitions: list[dict[str, Any]] = []
+        for data in topic.partition_data:
+            result = _append(state, topic.name, data.index, data.records, written)
+            partitions.append(result)
+            results.append(result)
+        responses.append({"name": topic.name, "partition_responses": partitions})
+
+    if acks == ACKS_ALL and written:
+        try:
+            await state.flusher.flushed(written)
+        except OSError as e:
+            log.error("fsync failed: %s", e)
+            for result in results:
+                if result["error_code"] == ErrorCode.none:
+                    result.update(
+                        error_code=ErrorCode.kafka_storage_error,
+                        base_offset=-1,
+                        error_message=f"fsync failed: {e}",
+                    )
+    if acks == ACKS_NONE:
+        return None
+    return {"responses": responses, "throttle_time": 0}
+
+
+def _append(
+    state: BrokerState, topic: str, index: int, records: bytes | None, written: list[Log]
+) -> dict[str, Any]:
+    if records is None or not records:
+        return _partition_result(index, ErrorCode.corrupt_message, "no record batch")
+    try:
+        partition_log = state.logs.log(topic, index)
+        appended = partition_log.append(records)
+    except (LogError, OSError) as e:
+        return _partition_result(index, error_code_for(e), str(e))
+    # A duplicate's original may not be on disk yet either: acks=all waits for it too.
+    written.append(partition_log)
+    if not appended.duplicate:
+        state.purgatory.notify((topic, index))
+    return {
+        "index": index,
+        "error_code": ErrorCode.none,
+        "base_offset": appended.base_offset,
+        "log_append_time": appended.log_append_time_ms,
+        "log_start_offset": appended.log_start_offset,
+        "record_errors": [],
+        "error_message": None,
+    }
+
+
+def _respond_all(body: Any, code: ErrorCode, message: str) -> dict[str, Any]:
+    return {
+        "responses": [
+            {
+                "name": topic.name,
+                "partition_responses": [
+                    _partition_result(data.index, code, message) for data in topic.partition_data
+                ],
+            }
+            for topic in body.topic_data
+        ],
+        "throttle_time": 0,
+    }

@@ -1,0 +1,189 @@
+"""The broker's asyncio server: opens the data directory, listens, serves, shuts down cleanly.
+
+The data directory holds, besides the partition directories of ``riverbed.log``:
+
+- ``meta.properties`` — ``version``, ``cluster.id`` and ``node.id``, written once when the
+  directory is first used (Kafka's file of the same name), so a restarted broker keeps its
+  cluster id and a data directory is not used by a broker with another node id;
+- ``.lock`` — held with ``flock`` while a broker runs, so two brokers never share a directory.
+
+Shutdown (SIGTERM/SIGINT in the command, :meth:`BrokerServer.stop` in process) stops
+accepting, closes connections, waits for an fsync round in progress, then closes every log,
+which flushes it and marks it cleanly shut down so the next start skips recovery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import fcntl
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+from riverbed.broker.config import BrokerConfig, ConfigError, parse_properties
+from riverbed.broker.connection import Connection
+from riverbed.broker.flusher import GroupFlusher
+from riverbed.broker.purgatory import FetchPurgatory
+from riverbed.broker.state import BrokerState
+from riverbed.log.manager import LogManager
+
+__all__ = ["BrokerServer", "DataDirError"]
+
+log = logging.getLogger(__name__)
+
+META_FILE = "meta.properties"
+LOCK_FILE = ".lock"
+
+
+class DataDirError(ConfigError):
+    """The data directory cannot be used (locked by another broker, another node's, ...)."""
+
+
+def system_clock() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _new_cluster_id() -> str:
+    # Kafka's cluster ids are a random UUID in URL-safe base64 without padding (22 chars).
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _lock(data_dir: Path) -> IO[bytes]:
+    handle = (data_dir / LOCK_FILE).open("ab")
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise DataDirError(f"{data_dir} is in use by another broker") from None
+    return handle
+
+
+def _load_meta(data_dir: Path, *, node_id: int) -> str:
+    """The cluster id of this data directory, creating ``meta.properties`` if missing."""
+    path = data_dir / META_FILE
+    if path.exists():
+        meta = parse_properties(path.read_text().splitlines(), source=str(path))
+        if meta.get("node.id") != str(node_id):
+            raise DataDirError(
+                f"{path} belongs to node {meta.get('node.id')}, but this broker is node {node_id}"
+            )
+        if not meta.get("cluster.id"):
+            raise DataDirError(f"{path} has no cluster.id")
+        return meta["cluster.id"]
+    cluster_id = _new_cluster_id()
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w") as f:
+        f.write(
+            f"#riverbed broker metadata\nversion=1\ncluster.id={cluster_id}\nnode.id={node_id}\n"
+        )
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return cluster_id
+
+
+class BrokerServer:
+    """A broker on the running event loop: ``await start()``, ``await stop()``."""
+
+    def __init__(self, config: BrokerConfig, *, clock: Callable[[], int] = system_clock) -> None:
+        self.config = config
+        self._clock = clock
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self._state: BrokerState | None = None
+        self._lock: IO[bytes] | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        """Open the data directory (recovering logs) and start listening."""
+        data_dir = self.config.data_dir
+        try:
+            data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise DataDirError(f"cannot create data directory {data_dir}: {e}") from None
+        self._lock = _lock(data_dir)
+        try:
+            cluster_id = _load_meta(data_dir, node_id=self.config.node_id)
+            logs = await asyncio.to_thread(
+                LogManager.open, data_dir, defaults=self.config.log_defaults, clock=self._clock
+            )
+            try:
+                self._server = await asyncio.start_server(
+                    self._on_connection,
+                    self.config.listen.host,
+                    self.config.listen.port,
+                    backlog=1024,
+                )
+            except OSError:
+                logs.close()
+                raise
+        except BaseException:
+            self._lock.close()
+            self._lock = None
+            raise
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._state = BrokerState(
+            config=self.config,
+            logs=logs,
+            flusher=GroupFlusher(),
+            purgatory=FetchPurgatory(),
+            cluster_id=cluster_id,
+            advertised=self.config.advertised_listener(bound_port=self.port),
+            clock=self._clock,
+        )
+        log.info(
+            "listening on %s:%d (cluster %s, node %d, data %s)",
+            self.config.listen.host,
+            self.port,
+            cluster_id,
+            self.config.node_id,
+            data_dir,
+        )
+
+    async def _on_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        if self._state is None:  # not started, or stopping
+            writer.close()
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            await Connection(self._state, reader, writer).serve()
+        finally:
+            self._connections.discard(task)
+
+    async def stop(self) -> None:
+        """Stop listening, close connections, flush and close the logs."""
+        state, self._state = self._state, None
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.gather(*self._connections, return_exceptions=True)
+        if state is not None:
+            state.purgatory.notify_all()
+            await state.flusher.close()
+            await asyncio.to_thread(state.logs.close)
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+            self._server = None
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+        log.info("stopped")
+
+    @property
+    def state(self) -> BrokerState:
+        if self._state is None:
+            raise RuntimeError("the broker is not running")
+        return self._state
