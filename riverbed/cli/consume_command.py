@@ -201,6 +201,7 @@ class _Session:
         self.started = False
         self.assigned: set[int] = set()
         self.at_end: set[int] = set()
+        self.group_joined = False
 
     def start(self) -> None:
         """Check the topic exists, then assign its partitions or join the group."""
@@ -244,6 +245,7 @@ class _Session:
         ]
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.group_joined = True
         self.assigned = {tp.partition for tp in partitions}
         self.at_end &= self.assigned
         if self.args.from_timestamp is not None:
@@ -254,32 +256,49 @@ class _Session:
 
     def loop(self) -> None:
         args = self.args
-        idle_since = time.monotonic()
+        idle_since = started = time.monotonic()
+        warned = False
         while True:
             message = self.consumer.poll(POLL_INTERVAL_S)
+            if not warned and args.group is not None and not self.group_joined:
+                warned = self._warn_if_not_joined(waited_s=time.monotonic() - started)
             fatal = self.errors.fatal()
             if fatal is not None:
                 raise CliError(describe_kafka_error(fatal))
-            if message is None:
+            if message is None or message.error() is not None:
+                # No record: an EOF event, a non-fatal error or nothing at all.
+                if message is not None and self._at_end_of_all(message):
+                    return
                 if args.timeout_ms and (time.monotonic() - idle_since) * 1000 >= args.timeout_ms:
                     return
                 continue
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    self.at_end.add(message.partition())
-                    if args.exit_at_end and self.assigned and self.at_end >= self.assigned:
-                        return
-                    continue
-                self._on_error(error)
-                continue
             idle_since = time.monotonic()
-            self.at_end.discard(message.partition())
+            self.at_end.discard(message.partition() or 0)
             self.out.write(self.formatter(message))
             self.out.flush()
             self.count += 1
             if args.max_messages is not None and self.count >= args.max_messages:
                 return
+
+    def _at_end_of_all(self, event: Any) -> bool:
+        """Record a partition EOF event; True when --exit-at-end should stop now."""
+        error = event.error()
+        if error.code() != KafkaError._PARTITION_EOF:
+            self._on_error(error)
+            return False
+        self.at_end.add(event.partition() or 0)
+        return bool(self.args.exit_at_end and self.assigned and self.at_end >= self.assigned)
+
+    def _warn_if_not_joined(self, *, waited_s: float) -> bool:
+        """Kafka's tool waits silently for its group; say once why nothing is printed."""
+        if waited_s * 1000 < self.args.connect_timeout_ms:
+            return False
+        print(
+            f"riverbed consume: still waiting to join group {self.args.group!r} after "
+            f"{waited_s:.0f} s (does the broker serve consumer groups?)",
+            file=sys.stderr,
+        )
+        return True
 
     def _on_error(self, error: KafkaError) -> None:
         if error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
