@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -31,17 +31,13 @@ def run_riverbed(
 
 
 @pytest.fixture
-def riverbed(broker_process: BrokerProcess) -> Iterator[Run]:
+def riverbed(broker_process: BrokerProcess) -> Run:
     """Runs ``riverbed TOOL [ACTION] ... --bootstrap <the broker>``; asserts nothing."""
 
     def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         return run_riverbed(*args, "--bootstrap", broker_process.bootstrap, stdin=stdin)
 
-    yield run
-    # broker_process leaves the pipe it read "listening on" from open: a ResourceWarning,
-    # which this suite turns into an error. Close it here until the fixture does.
-    if broker_process.process.stdout is not None:
-        broker_process.process.stdout.close()
+    return run
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:
