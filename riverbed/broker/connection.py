@@ -60,6 +60,11 @@ class Connection:
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
 
+    def abort(self) -> None:
+        """Drop the connection now (broker shutdown): pending requests are cancelled."""
+        self._cancel_pending()
+        self._writer.transport.abort()
+
     async def serve(self) -> None:
         """Serve until the client closes, misbehaves, idles out, or the task is cancelled."""
         responder = asyncio.create_task(self._respond())

@@ -95,7 +95,7 @@ class BrokerServer:
         self.config = config
         self._clock = clock
         self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        self._connections: set[Connection] = set()
         self._state: BrokerState | None = None
         self._lock: IO[bytes] | None = None
         self.port = 0
@@ -152,23 +152,26 @@ class BrokerServer:
         if self._state is None:  # not started, or stopping
             writer.close()
             return
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections.add(task)
+        connection = Connection(self._state, reader, writer)
+        self._connections.add(connection)
         try:
-            await Connection(self._state, reader, writer).serve()
+            await connection.serve()
         finally:
-            self._connections.discard(task)
+            self._connections.discard(connection)
 
     async def stop(self) -> None:
         """Stop listening, close connections, flush and close the logs."""
         state, self._state = self._state, None
         if self._server is not None:
             self._server.close()
-        for task in list(self._connections):
-            task.cancel()
-        if self._connections:
-            await asyncio.gather(*self._connections, return_exceptions=True)
+        # Aborting a connection's socket ends its serve() normally; cancelling the task that
+        # asyncio.start_server created would make asyncio log a spurious error.
+        for connection in list(self._connections):
+            connection.abort()
+        for _ in range(500):  # at most 5 s; an aborted connection ends in one loop turn
+            if not self._connections:
+                break
+            await asyncio.sleep(0.01)
         if state is not None:
             state.purgatory.notify_all()
             await state.flusher.close()
