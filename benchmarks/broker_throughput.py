@@ -1,0 +1,234 @@
+"""Broker throughput: 1,000,000 messages of 100 bytes over 4 partitions with confluent-kafka.
+
+    .venv/bin/python benchmarks/broker_throughput.py [--messages N] [--data-dir DIR]
+
+Starts ``riverbed broker`` as its own process on a free port, then measures, each with a
+fresh topic of 4 partitions and a producer with linger.ms=5 and 1 MB batches:
+
+1. the client's own ceiling: the same produce loop with no broker (messages only queued);
+2. produce with acks=1, until every message is acknowledged;
+3. produce with acks=all (acknowledged after fsync);
+4. consume all messages of (2) from the beginning with one consumer, with librdkafka's
+   default queue settings and with the fetcher kept busy (see CONSUMER_TUNING).
+
+It prints msg/s and MB/s for each, the broker's peak RSS, and the machine it ran on.
+Not part of the test run; results go in BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+PARTITIONS = 4
+MESSAGE_BYTES = 100
+PRODUCER_SETTINGS = {
+    "linger.ms": 5,
+    "batch.size": 1_000_000,  # librdkafka's largest batch, the "1 MB batch" of the target
+    "batch.num.messages": 1_000_000,  # let batch.size, not the count, end a batch
+    "queue.buffering.max.messages": 2_000_000,
+    "queue.buffering.max.kbytes": 2_000_000,
+}
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory_gib = psutil.virtual_memory().total / 1024**3
+    return (
+        f"{cpu}, {os.cpu_count()} cores, {memory_gib:.0f} GiB, {platform.system()} "
+        f"{platform.release()}, Python {platform.python_version()}"
+    )
+
+
+class PeakRss:
+    """Samples a process's resident memory every 50 ms."""
+
+    def __init__(self, pid: int) -> None:
+        self._process = psutil.Process(pid)
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.peak = max(self.peak, self._process.memory_info().rss)
+            except psutil.Error:
+                return
+            time.sleep(0.05)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+def start_broker(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "riverbed.cli.main",
+            "broker",
+            "--data-dir",
+            str(data_dir),
+            "--listen",
+            "127.0.0.1:0",
+            "--log-level",
+            "WARNING",
+        ],
+        stdout=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline().decode()
+    match = re.search(r"listening on (\S+)", line)
+    if not match:
+        process.kill()
+        raise SystemExit(f"broker did not start: {line!r}")
+    return process, match.group(1)
+
+
+def produce(bootstrap: str, topic: str, count: int, *, acks: str) -> float:
+    """Seconds to produce ``count`` messages and have every one acknowledged."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, **PRODUCER_SETTINGS})
+    payload = b"x" * MESSAGE_BYTES
+    failures = 0
+
+    def on_delivery(err: KafkaError | None, _message: object) -> None:
+        nonlocal failures
+        if err is not None:
+            failures += 1
+
+    producer.list_topics(topic, timeout=10)  # connect and learn leaders before the clock starts
+    start = time.perf_counter()
+    produce_one = producer.produce
+    for i in range(count):
+        produce_one(topic, payload, partition=i % PARTITIONS, on_delivery=on_delivery)
+        if i % 100_000 == 0:
+            producer.poll(0)
+    if producer.flush(300) != 0 or failures:
+        raise SystemExit(f"{failures} deliveries failed")
+    return time.perf_counter() - start
+
+
+def client_ceiling(count: int) -> float:
+    """Seconds for the same produce loop when no broker is there (messages are only queued)."""
+    producer = Producer(
+        {"bootstrap.servers": "127.0.0.1:1", "acks": "1", **PRODUCER_SETTINGS, "log_level": 0}
+    )
+    payload = b"x" * MESSAGE_BYTES
+
+    def on_delivery(_err: KafkaError | None, _message: object) -> None:
+        pass
+
+    start = time.perf_counter()
+    produce_one = producer.produce
+    for i in range(count):
+        produce_one("ceiling", payload, partition=i % PARTITIONS, on_delivery=on_delivery)
+        if i % 100_000 == 0:
+            producer.poll(0)
+    elapsed = time.perf_counter() - start
+    producer.purge()
+    return elapsed
+
+
+# librdkafka stops fetching for fetch.queue.backoff.ms (default 1000 ms) whenever its local
+# queue holds queued.min.messages (default 100,000): a Python loop that drains the queue in
+# a few milliseconds then idles for the rest of the second. These two settings keep the
+# fetcher busy; the defaults are measured too, to show the difference.
+CONSUMER_TUNING = {
+    "fetch.queue.backoff.ms": 10,
+    "queued.min.messages": 1_000_000,
+    "queued.max.messages.kbytes": 1_000_000,
+}
+
+
+def consume(bootstrap: str, topic: str, count: int, *, tuned: bool) -> float:
+    settings = {"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False}
+    consumer = Consumer({**settings, **(CONSUMER_TUNING if tuned else {})})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    received = 0
+    start = time.perf_counter()
+    while received < count:
+        for message in consumer.consume(num_messages=10_000, timeout=10):
+            if message.error() is None:
+                received += 1
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    return elapsed
+
+
+def report(name: str, count: int, seconds: float) -> None:
+    rate = count / seconds
+    print(
+        f"{name:<28} {rate:>12,.0f} msg/s  {rate * MESSAGE_BYTES / 1e6:>7.1f} MB/s"
+        f"  ({seconds:.2f} s)",
+        flush=True,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="where the broker keeps its logs (default: a temporary directory)",
+    )
+    args = parser.parse_args()
+    count = args.messages
+    print(f"machine: {machine()}")
+    print(
+        f"{count:,} messages of {MESSAGE_BYTES} B over {PARTITIONS} partitions, "
+        f"linger.ms=5, batch.size=1 MB",
+        flush=True,
+    )
+
+    report("client ceiling (no broker)", count, client_ceiling(count))
+    with tempfile.TemporaryDirectory(dir=args.data_dir) as tmp:
+        process, bootstrap = start_broker(Path(tmp) / "data")
+        rss = PeakRss(process.pid)
+        try:
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            for topic in ("bench-acks1", "bench-acksall"):
+                admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS)])[topic].result()
+            report("produce acks=1", count, produce(bootstrap, "bench-acks1", count, acks="1"))
+            report(
+                "produce acks=all", count, produce(bootstrap, "bench-acksall", count, acks="all")
+            )
+            report(
+                "consume (librdkafka defaults)",
+                count,
+                consume(bootstrap, "bench-acks1", count, tuned=False),
+            )
+            report("consume", count, consume(bootstrap, "bench-acks1", count, tuned=True))
+        finally:
+            peak = rss.stop()
+            process.terminate()
+            process.wait(30)
+    print(f"broker peak RSS: {peak / 1024**2:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""``make demo``: riverbed end to end on one machine, with what happened and how fast.
+
+Starts a broker in this process (the embedded default) on a free port with its data in
+``data/demo`` (kept afterwards, to look at), then with confluent-kafka, the client every
+riverbed component uses: creates a topic of 3 partitions, produces a clickstream of JSON
+events keyed by user, reads it back, and shows the per-partition offsets, per-key order,
+throughput and the files on disk. Later issues extend it (CDC, pipelines, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from riverbed.broker import Broker
+
+TOPIC = "clicks"
+PARTITIONS = 3
+PAGES = ("/home", "/search", "/product/42", "/cart", "/checkout")
+
+
+def _events(count: int, *, seed: int) -> list[tuple[str, dict[str, object]]]:
+    rng = random.Random(seed)
+    start_ms = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+    events = []
+    for i in range(count):
+        user = f"u{rng.randrange(50):03d}"
+        events.append(
+            (
+                user,
+                {
+                    "event_id": f"e{i}",
+                    "user_id": user,
+                    "page": rng.choice(PAGES),
+                    "ts": start_ms + i * 10,
+                },
+            )
+        )
+    return events
+
+
+def _section(title: str) -> None:
+    print(f"\n== {title}")
+
+
+def run(data_dir: Path, *, count: int) -> None:
+    if data_dir.exists():
+        shutil.rmtree(data_dir)
+    _section("broker")
+    with Broker(data_dir, listen="127.0.0.1:0") as broker:
+        bootstrap = broker.bootstrap_servers
+        print(f"riverbed broker running in-process on {bootstrap}, data in {data_dir}")
+
+        _section(f"topic {TOPIC!r} with {PARTITIONS} partitions")
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(TOPIC, num_partitions=PARTITIONS)])[TOPIC].result(30)
+        metadata = admin.list_topics(TOPIC, timeout=10)
+        print(
+            f"cluster {metadata.cluster_id}, partitions {sorted(metadata.topics[TOPIC].partitions)}"
+        )
+
+        _section(f"produce {count:,} click events (idempotent, acks=all, lz4)")
+        events = _events(count, seed=7)
+        producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "compression.type": "lz4",
+                "linger.ms": 5,
+            }
+        )
+        started = time.perf_counter()
+        for user, event in events:
+            while True:
+                try:
+                    producer.produce(TOPIC, key=user, value=json.dumps(event))
+                    break
+                except BufferError:  # the local queue is full: let deliveries drain it
+                    producer.poll(0.05)
+            producer.poll(0)
+        if producer.flush(60) != 0:
+            raise SystemExit("demo: some events were not delivered")
+        produce_s = time.perf_counter() - started
+        print(f"{count:,} events acknowledged in {produce_s:.2f} s ({count / produce_s:,.0f}/s)")
+
+        _section("consume them back from the beginning")
+        consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "demo",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                # librdkafka pauses fetching for 1 s whenever its local queue is full;
+                # a short pause keeps a Python loop fed (see BENCHMARKS.md).
+                "fetch.queue.backoff.ms": 10,
+            }
+        )
+        consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+        started = time.perf_counter()
+        per_partition: Counter[int] = Counter()
+        last_ts: dict[str, int] = {}
+        in_order = True
+        eof: set[int] = set()
+        first = None
+        while len(eof) < PARTITIONS:
+            for message in consumer.consume(num_messages=10_000, timeout=0.2):
+                error = message.error()
+                if error is not None:
+                    if error.code() != KafkaError._PARTITION_EOF:
+                        raise SystemExit(f"demo: {error}")
+                    eof.add(message.partition())
+                    continue
+                event = json.loads(message.value())
+                first = first or (message.partition(), message.offset(), event)
+                per_partition[message.partition()] += 1
+                in_order &= last_ts.get(event["user_id"], -1) < event["ts"]
+                last_ts[event["user_id"]] = event["ts"]
+        consume_s = time.perf_counter() - started
+        consumer.close()
+        total = sum(per_partition.values())
+        print(f"{total:,} events read in {consume_s:.2f} s ({total / consume_s:,.0f}/s)")
+        for partition in range(PARTITIONS):
+            print(f"  partition {partition}: offsets 0..{per_partition[partition] - 1}")
+        print(f"every user's events in order: {in_order}")
+        if first is not None:
+            print(f"first record: partition {first[0]} offset {first[1]} -> {first[2]}")
+
+    _section("on disk (Kafka's layout)")
+    files: defaultdict[str, list[str]] = defaultdict(list)
+    for path in sorted(data_dir.rglob("*")):
+        if path.is_file():
+            files[str(path.parent.relative_to(data_dir)) or "."].append(
+                f"{path.name} ({path.stat().st_size:,} B)"
+            )
+    for directory, names in files.items():
+        print(f"  {directory}/: {', '.join(names)}")
+
+    _section("try it yourself")
+    print("  .venv/bin/riverbed broker --data-dir data/broker   # a broker on 127.0.0.1:9092")
+    print("  .venv/bin/riverbed topics create --topic clicks --partitions 3")
+    print("  echo 'u1:hello' | .venv/bin/riverbed produce --topic clicks --key-separator :")
+    print("  .venv/bin/riverbed consume --topic clicks --from-beginning --exit-at-end")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="riverbed end to end on one machine")
+    parser.add_argument("--data-dir", type=Path, default=Path("data/demo"))
+    parser.add_argument("--events", type=int, default=200_000)
+    args = parser.parse_args()
+    run(args.data_dir, count=args.events)
+
+
+if __name__ == "__main__":
+    main()
