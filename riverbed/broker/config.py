@@ -132,6 +132,12 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         doc="Idle connections are closed after this many milliseconds.",
     ),
     Setting(
+        name="log.flush.offset.checkpoint.interval.ms",
+        attribute="log_flush_offset_checkpoint_interval_ms",
+        parse=_int_in(1, _INT32_MAX),
+        doc="How often every log is fsynced and its recovery point saved.",
+    ),
+    Setting(
         name="queued.max.requests.per.connection",
         attribute="max_in_flight_per_connection",
         parse=_int_in(1, 10_000),
@@ -153,6 +159,7 @@ class BrokerConfig:
     auto_create_topics_enable: bool = True  # Kafka default.
     socket_request_max_bytes: int = 104_857_600  # Kafka default: 100 MiB.
     connections_max_idle_ms: int = 600_000  # Kafka default: 10 minutes.
+    log_flush_offset_checkpoint_interval_ms: int = 60_000  # Kafka default: 1 minute.
     # Kafka's queued.max.requests is 500 for the whole broker; per connection, librdkafka and
     # the Java client keep at most 5 requests in flight, so 16 never throttles a real client.
     max_in_flight_per_connection: int = 16

@@ -17,7 +17,6 @@ from riverbed.broker.config import (
     parse_assignments,
     parse_properties,
 )
-from riverbed.broker.server import BrokerServer
 from riverbed.cli.errors import CliError
 
 log = logging.getLogger("riverbed.broker")
@@ -87,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(config: BrokerConfig) -> int:
+    from riverbed.broker.server import BrokerServer  # here, so the other tools never load it
+
     server = BrokerServer(config)
     try:
         await server.start()
