@@ -178,13 +178,31 @@ def consume(bootstrap: str, topic: str, count: int, *, tuned: bool) -> float:
     return elapsed
 
 
-def report(name: str, count: int, seconds: float) -> None:
+def report(name: str, count: int, seconds: float, *, broker_cpu_s: float | None = None) -> None:
     rate = count / seconds
+    cpu = "" if broker_cpu_s is None else f", broker CPU {broker_cpu_s / seconds:.0%} of a core"
     print(
-        f"{name:<28} {rate:>12,.0f} msg/s  {rate * MESSAGE_BYTES / 1e6:>7.1f} MB/s"
-        f"  ({seconds:.2f} s)",
+        f"{name:<30} {rate:>10,.0f} msg/s {rate * MESSAGE_BYTES / 1e6:>6.1f} MB/s"
+        f"  ({seconds:.2f} s{cpu})",
         flush=True,
     )
+
+
+class CpuClock:
+    """CPU seconds (user + system) a process used since the last call."""
+
+    def __init__(self, pid: int) -> None:
+        self._process = psutil.Process(pid)
+        self._last = self._total()
+
+    def _total(self) -> float:
+        times = self._process.cpu_times()
+        return float(times.user + times.system)
+
+    def lap(self) -> float:
+        now = self._total()
+        used, self._last = now - self._last, now
+        return used
 
 
 def main() -> None:
@@ -213,16 +231,23 @@ def main() -> None:
             admin = AdminClient({"bootstrap.servers": bootstrap})
             for topic in ("bench-acks1", "bench-acksall"):
                 admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS)])[topic].result()
-            report("produce acks=1", count, produce(bootstrap, "bench-acks1", count, acks="1"))
-            report(
-                "produce acks=all", count, produce(bootstrap, "bench-acksall", count, acks="all")
-            )
-            report(
-                "consume (librdkafka defaults)",
-                count,
-                consume(bootstrap, "bench-acks1", count, tuned=False),
-            )
-            report("consume", count, consume(bootstrap, "bench-acks1", count, tuned=True))
+            phases = [
+                ("produce acks=1", lambda: produce(bootstrap, "bench-acks1", count, acks="1")),
+                (
+                    "produce acks=all",
+                    lambda: produce(bootstrap, "bench-acksall", count, acks="all"),
+                ),
+                (
+                    "consume (librdkafka defaults)",
+                    lambda: consume(bootstrap, "bench-acks1", count, tuned=False),
+                ),
+                ("consume", lambda: consume(bootstrap, "bench-acks1", count, tuned=True)),
+            ]
+            cpu = CpuClock(process.pid)
+            for name, phase in phases:
+                cpu.lap()
+                seconds = phase()
+                report(name, count, seconds, broker_cpu_s=cpu.lap())
         finally:
             peak = rss.stop()
             process.terminate()
