@@ -109,3 +109,16 @@ def create_topic(bootstrap: str, name: str, *, partitions: int) -> None:
     """Create a topic with confluent-kafka's AdminClient and wait for the answer."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(name, num_partitions=partitions)])[name].result(timeout=30)
+
+
+def run_riverbed(
+    *args: str, stdin: str | None = None, timeout_s: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "riverbed.cli.main", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import signal
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,17 +13,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 
 from riverbed.broker import Broker
 from riverbed.broker.config import BrokerConfig, ConfigError, parse_properties
-from tests.conftest import create_topic, start_broker_process
-
-
-def run_cli(*args: str, timeout_s: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "riverbed.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
+from tests.conftest import create_topic, run_riverbed, start_broker_process
 
 
 def test_sigterm_and_sigint_shut_down_cleanly_with_exit_code_0(tmp_path: Path) -> None:
@@ -80,14 +68,14 @@ def test_bad_settings_get_one_line_and_exit_2(
     tmp_path: Path, args: list[str], message: str
 ) -> None:
     code = 1 if args[0] == "--config" else 2
-    done = run_cli("broker", "--data-dir", str(tmp_path / "d"), *args)
+    done = run_riverbed("broker", "--data-dir", str(tmp_path / "d"), *args)
     assert done.returncode == code, done.stderr
     assert message in done.stderr
     assert "Traceback" not in done.stderr
 
 
 def test_missing_data_dir_flag_is_a_usage_error() -> None:
-    done = run_cli("broker")
+    done = run_riverbed("broker")
     assert done.returncode == 2
     assert "--data-dir" in done.stderr
 
@@ -97,14 +85,16 @@ def test_port_in_use_and_data_dir_in_use_are_clear_errors(tmp_path: Path) -> Non
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = run_cli("broker", "--data-dir", str(tmp_path / "a"), "--listen", f"127.0.0.1:{port}")
+        done = run_riverbed(
+            "broker", "--data-dir", str(tmp_path / "a"), "--listen", f"127.0.0.1:{port}"
+        )
     assert done.returncode == 1
     assert "cannot listen on" in done.stderr
     assert "Traceback" not in done.stderr
 
     first = start_broker_process(tmp_path / "b")
     try:
-        done = run_cli("broker", "--data-dir", str(tmp_path / "b"), "--listen", "127.0.0.1:0")
+        done = run_riverbed("broker", "--data-dir", str(tmp_path / "b"), "--listen", "127.0.0.1:0")
         assert done.returncode == 1
         assert "in use by another broker" in done.stderr
     finally:
@@ -114,7 +104,7 @@ def test_port_in_use_and_data_dir_in_use_are_clear_errors(tmp_path: Path) -> Non
 def test_unwritable_data_dir_is_a_clear_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    done = run_cli("broker", "--data-dir", str(blocker / "data"), "--listen", "127.0.0.1:0")
+    done = run_riverbed("broker", "--data-dir", str(blocker / "data"), "--listen", "127.0.0.1:0")
     assert done.returncode == 1
     assert "cannot create data directory" in done.stderr
     assert "Traceback" not in done.stderr

@@ -12,22 +12,9 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.conftest import BrokerProcess
+from tests.conftest import BrokerProcess, run_riverbed
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
-
-
-def run_riverbed(
-    *args: str, stdin: str | None = None, timeout_s: float = 60
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "riverbed.cli.main", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
 
 
 @pytest.fixture
