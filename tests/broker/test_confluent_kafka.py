@@ -122,6 +122,12 @@ def test_admin_create_describe_partitions_and_delete(broker_process: BrokerProce
     assert metadata.cluster_id
     assert list(metadata.brokers) == [0]
 
+    cluster = admin.describe_cluster().result(timeout=30)
+    assert cluster.cluster_id == metadata.cluster_id
+    assert cluster.controller.id == 0
+    host, port = broker_process.bootstrap.rsplit(":", 1)
+    assert [(n.id, n.host, n.port) for n in cluster.nodes] == [(0, host, int(port))]
+
     admin.delete_topics(["events"])["events"].result(timeout=30)
     assert "events" not in admin.list_topics(timeout=30).topics
 

@@ -128,18 +128,18 @@ async def delete_topics(state: BrokerState, request: Request) -> dict[str, Any]:
             "error_code": ErrorCode.none,
             "error_message": None,
         }
+        topics = state.logs.topics()
         if name is None:
-            match = [t for t in state.logs.topics().values() if t.topic_id == topic_id]
-            if not match:
+            name = next((t.name for t in topics.values() if t.topic_id == topic_id), None)
+            if name is None:
                 result.update(error_code=ErrorCode.unknown_topic_id, error_message="unknown id")
                 results.append(result)
                 continue
-            name = match[0].name
             result["name"] = name
+        if name in topics:
+            result["topic_id"] = topics[name].topic_id
         try:
-            deleted_id = state.logs.topics()[name].topic_id if name in state.logs.topics() else None
             state.logs.delete_topic(name)
-            result["topic_id"] = deleted_id
         except (LogError, OSError) as e:
             result.update(error_code=error_code_for(e), error_message=str(e))
         results.append(result)

@@ -1,0 +1,154 @@
+"""What the broker does on the wire, request by request (no client library in between)."""
+
+from __future__ import annotations
+
+import datetime
+import struct
+import threading
+import time
+
+import pytest
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+
+from riverbed.broker import Broker
+from riverbed.log.records import SimpleRecord, build_batch, decode_records
+from tests.broker.wire import WireClient
+from tests.conftest import create_topic
+
+PRODUCE, FETCH, API_VERSIONS = 0, 1, 18
+
+
+def produce_request(topic: str, batch: bytes, *, acks: int) -> ProduceRequest:
+    return ProduceRequest(
+        acks=acks,
+        timeout=datetime.timedelta(seconds=10),
+        topic_data=(
+            TopicProduceData(
+                name=topic, partition_data=(PartitionProduceData(index=0, records=batch),)
+            ),
+        ),
+    )
+
+
+def fetch_request(topic: str, offset: int, *, max_wait_ms: int, min_bytes: int) -> FetchRequest:
+    return FetchRequest(
+        max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+        min_bytes=min_bytes,
+        topics=(
+            FetchTopic(
+                topic=topic,
+                partitions=(
+                    FetchPartition(partition=0, fetch_offset=offset, partition_max_bytes=1 << 20),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
+
+
+def batch_of(*values: bytes) -> bytes:
+    return build_batch([SimpleRecord(value=v, timestamp_ms=1_767_225_600_000) for v in values])
+
+
+def partition_of(response: object) -> object:
+    (topic,) = response.responses  # type: ignore[attr-defined]
+    (partition,) = topic.partitions
+    return partition
+
+
+@pytest.fixture
+def running(broker: Broker) -> Broker:
+    create_topic(broker.bootstrap_servers, "w", partitions=1)
+    return broker
+
+
+def test_pipelined_requests_are_answered_in_order(running: Broker) -> None:
+    with WireClient(running.bootstrap_servers) as client:
+        frames = b"".join(
+            client.encode(PRODUCE, 9, 100 + i, produce_request("w", batch_of(b"%d" % i), acks=1))
+            for i in range(50)
+        )
+        client.send_raw(frames)  # all 50 at once
+        answers = [client.receive(PRODUCE, 9) for _ in range(50)]
+    assert [cid for cid, _ in answers] == list(range(100, 150))
+    offsets = [r.responses[0].partition_responses[0].base_offset for _, r in answers]
+    assert offsets == list(range(50)), "appended in the order they were sent"
+
+
+def test_acks_0_gets_no_response_but_is_written(running: Broker) -> None:
+    with WireClient(running.bootstrap_servers) as client:
+        client.send(PRODUCE, 9, produce_request("w", batch_of(b"fire-and-forget"), acks=0))
+        # The next response on the connection answers the next request, not the acks=0 one.
+        sent = client.send(FETCH, 12, fetch_request("w", 0, max_wait_ms=1000, min_bytes=1))
+        correlation_id, response = client.receive(FETCH, 12)
+    assert correlation_id == sent
+    records = decode_records(partition_of(response).records)  # type: ignore[attr-defined]
+    assert [r.value for r in records] == [b"fire-and-forget"]
+
+
+def test_corrupt_batch_gets_corrupt_message_and_nothing_is_written(running: Broker) -> None:
+    batch = bytearray(batch_of(b"intact"))
+    batch[-1] ^= 0xFF  # inside the CRC-covered range
+    with WireClient(running.bootstrap_servers) as client:
+        response = client.request(PRODUCE, 9, produce_request("w", bytes(batch), acks=-1))
+        result = response.responses[0].partition_responses[0]
+        assert result.error_code == ErrorCode.corrupt_message
+        fetched = client.request(FETCH, 12, fetch_request("w", 0, max_wait_ms=0, min_bytes=0))
+    assert partition_of(fetched).high_watermark == 0  # type: ignore[attr-defined]
+
+
+def test_fetch_long_polls_until_data_or_max_wait(running: Broker) -> None:
+    with WireClient(running.bootstrap_servers) as client:
+        started = time.monotonic()
+        empty = client.request(FETCH, 12, fetch_request("w", 0, max_wait_ms=700, min_bytes=1))
+        waited = time.monotonic() - started
+        assert 0.6 <= waited < 3, f"an empty fetch waits max_wait, not {waited:.2f} s"
+        assert partition_of(empty).records in (b"", None)  # type: ignore[attr-defined]
+
+        def produce_later() -> None:
+            time.sleep(0.5)
+            with WireClient(running.bootstrap_servers) as other:
+                other.request(PRODUCE, 9, produce_request("w", batch_of(b"late"), acks=1))
+
+        thread = threading.Thread(target=produce_later)
+        thread.start()
+        started = time.monotonic()
+        woken = client.request(FETCH, 12, fetch_request("w", 0, max_wait_ms=10_000, min_bytes=1))
+        waited = time.monotonic() - started
+        thread.join()
+    assert 0.4 <= waited < 3, f"the append woke the fetch after {waited:.2f} s"
+    records = decode_records(partition_of(woken).records)  # type: ignore[attr-defined]
+    assert [r.value for r in records] == [b"late"]
+
+
+def test_unsupported_api_versions_gets_kip_511_answer_and_connection_stays(
+    running: Broker,
+) -> None:
+    with WireClient(running.bootstrap_servers) as client:
+        body = ApiVersionsRequest(client_software_name="t", client_software_version="1")
+        frame = WireClient.encode(API_VERSIONS, 3, 7, body)
+        client.send_raw(frame[:6] + struct.pack(">h", 99) + frame[8:])  # claim v99
+        correlation_id, answer = client.receive(API_VERSIONS, 0)
+        assert correlation_id == 7
+        assert answer.error_code == ErrorCode.unsupported_version
+        advertised = {api.api_key: (api.min_version, api.max_version) for api in answer.api_keys}
+        assert advertised[API_VERSIONS] == (0, 4)
+        retry = client.request(API_VERSIONS, 3, body)
+        assert retry.error_code == ErrorCode.none
+        again = {api.api_key: (api.min_version, api.max_version) for api in retry.api_keys}
+        assert again == advertised
+
+
+def test_unknown_api_key_closes_only_that_connection(running: Broker) -> None:
+    with (
+        WireClient(running.bootstrap_servers) as bad,
+        WireClient(running.bootstrap_servers) as good,
+    ):
+        bad.send_raw(struct.pack(">ihhih", 10, 999, 0, 1, -1))
+        with pytest.raises(ConnectionError):
+            bad.receive(API_VERSIONS, 0)
+        body = ApiVersionsRequest(client_software_name="t", client_software_version="1")
+        assert good.request(API_VERSIONS, 3, body).error_code == ErrorCode.none
