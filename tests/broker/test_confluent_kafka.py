@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 
 import pytest
@@ -138,3 +139,30 @@ def test_produce_to_a_missing_topic_auto_creates_it(broker_process: BrokerProces
     assert producer.flush(30) == 0
     messages = _consume_all(broker_process.bootstrap, "created-on-demand", 1, 1)
     assert [m.value() for m in messages] == [b"hello"]
+
+
+def test_out_of_range_offset_resets_by_auto_offset_reset(broker_process: BrokerProcess) -> None:
+    producer = Producer({"bootstrap.servers": broker_process.bootstrap})
+    for i in range(10):
+        producer.produce("reset-me", value=b"%d" % i)
+    assert producer.flush(30) == 0
+    for reset, expected in (("earliest", [b"%d" % i for i in range(10)]), ("latest", [b"new"])):
+        consumer = Consumer(
+            {
+                "bootstrap.servers": broker_process.bootstrap,
+                "group.id": "unused",
+                "enable.auto.commit": False,
+                "auto.offset.reset": reset,
+            }
+        )
+        consumer.assign([TopicPartition("reset-me", 0, 1000)])  # past the end
+        values = [m.value() for m in consumer.consume(20, timeout=2) if not m.error()]
+        if reset == "latest":
+            assert values == []  # reset to the end: nothing yet
+            producer.produce("reset-me", value=b"new")
+            assert producer.flush(30) == 0
+            deadline = time.monotonic() + 30
+            while not values and time.monotonic() < deadline:
+                values = [m.value() for m in consumer.consume(20, timeout=0.5) if not m.error()]
+        consumer.close()
+        assert values == expected, reset

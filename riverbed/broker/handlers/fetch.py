@@ -119,5 +119,5 @@ def _read_partition(
                 entry["records"] = b""
     except (LogError, OSError) as e:
         entry["error_code"] = error_code_for(e)
-        entry["records"] = None
+        entry["records"] = b""  # Kafka sends empty records with an error, never null
     return entry
