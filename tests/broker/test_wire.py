@@ -6,6 +6,7 @@ import datetime
 import struct
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
@@ -152,3 +153,15 @@ def test_unknown_api_key_closes_only_that_connection(running: Broker) -> None:
             bad.receive(API_VERSIONS, 0)
         body = ApiVersionsRequest(client_software_name="t", client_software_version="1")
         assert good.request(API_VERSIONS, 3, body).error_code == ErrorCode.none
+
+
+def test_idle_connections_are_closed_after_connections_max_idle_ms(tmp_path: Path) -> None:
+    config = {"connections.max.idle.ms": "300"}
+    with Broker(tmp_path / "data", listen="127.0.0.1:0", config=config) as broker:
+        body = ApiVersionsRequest(client_software_name="t", client_software_version="1")
+        with WireClient(broker.bootstrap_servers) as client:
+            assert client.request(API_VERSIONS, 3, body).error_code == ErrorCode.none
+            started = time.monotonic()
+            with pytest.raises(ConnectionError):
+                client.receive(API_VERSIONS, 3)  # nothing sent: the broker hangs up
+            assert 0.25 <= time.monotonic() - started < 5

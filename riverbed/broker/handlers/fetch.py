@@ -7,6 +7,12 @@ larger, so a consumer always makes progress (Kafka's rule since Fetch v3). If fe
 ``min_bytes`` are available the request waits in the purgatory until an append to one of its
 partitions or ``max_wait_ms``, then reads again.
 
+Copies: a partition's batches are read with one ``pread`` per segment and joined into the
+response frame (two copies of the bytes, no decoding). ``sendfile`` would save both, but an
+asyncio transport can only ``sendfile`` after draining what was written before it, once per
+partition; at the benchmark's 1.35M msg/s the broker spends 15% of one core on consumers
+(BENCHMARKS.md), so the copies are not what limits a consumer today.
+
 Fetch sessions (KIP-227) are not kept: every response has ``session_id`` 0, which tells
 clients that ask for a session to keep sending full requests, and an incremental request
 for a session gets FETCH_SESSION_ID_NOT_FOUND so the client starts over.
