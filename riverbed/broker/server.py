@@ -31,6 +31,7 @@ from riverbed.broker.connection import Connection
 from riverbed.broker.flusher import GroupFlusher
 from riverbed.broker.purgatory import FetchPurgatory
 from riverbed.broker.state import BrokerState
+from riverbed.log.errors import LogError
 from riverbed.log.manager import LogManager
 
 __all__ = ["BrokerServer", "DataDirError"]
@@ -111,9 +112,12 @@ class BrokerServer:
         self._lock = _lock(data_dir)
         try:
             cluster_id = _load_meta(data_dir, node_id=self.config.node_id)
-            logs = await asyncio.to_thread(
-                LogManager.open, data_dir, defaults=self.config.log_defaults, clock=self._clock
-            )
+            try:
+                logs = await asyncio.to_thread(
+                    LogManager.open, data_dir, defaults=self.config.log_defaults, clock=self._clock
+                )
+            except LogError as e:
+                raise DataDirError(f"cannot open {data_dir}: {e}") from None
             try:
                 self._server = await asyncio.start_server(
                     self._on_connection,

@@ -33,6 +33,7 @@ from riverbed.log.config import LogConfig
 from riverbed.log.errors import (
     InvalidPartitionsError,
     InvalidTopicError,
+    StorageError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -93,20 +94,16 @@ class LogManager:
                 shutil.rmtree(path, ignore_errors=True)
         topics_path = data_dir / TOPICS_FILE
         if topics_path.exists():
-            document = json.loads(topics_path.read_text())
-            for entry in document["topics"]:
-                metadata = TopicMetadata(
-                    name=entry["name"],
-                    topic_id=uuid.UUID(hex=entry["topic_id"]),
-                    partitions=int(entry["partitions"]),
-                    configs=MappingProxyType(dict(entry["configs"])),
-                )
+            for metadata in _read_topics(topics_path):
                 manager._topics[metadata.name] = metadata
                 for partition in range(metadata.partitions):
                     manager._open_log(metadata, partition)
         id_path = data_dir / PRODUCER_ID_FILE
         if id_path.exists():
-            manager._next_producer_id = int(id_path.read_text().strip())
+            try:
+                manager._next_producer_id = int(id_path.read_text().strip())
+            except (OSError, ValueError, UnicodeDecodeError) as e:
+                raise StorageError(f"{id_path} is damaged ({e}); refusing to reuse ids") from None
             manager._reserved_until = manager._next_producer_id
         return manager
 
@@ -251,3 +248,25 @@ class LogManager:
         for log in self._logs.values():
             log.close()
         self._logs.clear()
+
+
+def _read_topics(path: Path) -> list[TopicMetadata]:
+    """The topics recorded in ``topics.json``.
+
+    The file is only ever replaced atomically, so damage means something outside riverbed
+    changed it: raise :class:`StorageError` naming the file rather than guess (a guess could
+    drop a topic's configs or its data).
+    """
+    try:
+        document = json.loads(path.read_text())
+        return [
+            TopicMetadata(
+                name=entry["name"],
+                topic_id=uuid.UUID(hex=entry["topic_id"]),
+                partitions=int(entry["partitions"]),
+                configs=MappingProxyType({str(k): str(v) for k, v in entry["configs"].items()}),
+            )
+            for entry in document["topics"]
+        ]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise StorageError(f"{path} is damaged: {e}; restore it or move it away") from None

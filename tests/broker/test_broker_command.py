@@ -110,6 +110,31 @@ def test_unwritable_data_dir_is_a_clear_error(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("damaged", ["topics.json", "producer-id-block"])
+def test_damaged_metadata_file_stops_start_up_with_its_name(tmp_path: Path, damaged: str) -> None:
+    broker = start_broker_process(tmp_path / "data")
+    create_topic(broker.bootstrap, "kept", partitions=1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True})
+    producer.produce("kept", value=b"v")  # an idempotent producer: a producer id is taken
+    assert producer.flush(30) == 0
+    assert broker.stop() == 0
+    path = tmp_path / "data" / damaged
+    original = path.read_bytes()
+    path.write_bytes(b"{not json")
+    done = run_riverbed("broker", "--data-dir", str(tmp_path / "data"), "--listen", "127.0.0.1:0")
+    assert done.returncode == 1
+    assert f"{damaged} is damaged" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert path.read_bytes() == b"{not json", "nothing was rewritten"
+    path.write_bytes(original)
+    restarted = start_broker_process(tmp_path / "data")
+    try:
+        admin = AdminClient({"bootstrap.servers": restarted.bootstrap})
+        assert "kept" in admin.list_topics(timeout=30).topics
+    finally:
+        assert restarted.stop() == 0
+
+
 def test_in_process_broker_keeps_its_cluster_id_across_restarts(tmp_path: Path) -> None:
     with Broker(tmp_path / "data", listen="127.0.0.1:0") as broker:
         first = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
