@@ -104,15 +104,17 @@ def test_kill_9_during_idempotent_acks_all_production_loses_and_duplicates_nothi
     def run_producer() -> None:
         nonlocal sent
         while not stop_producing.is_set():
-            for _ in range(200):
+            value = b"m%08d" % sent
+            try:
                 producer.produce(
-                    "crashy",
-                    key=b"%d" % (sent % 17),
-                    value=b"m%08d" % sent,
-                    on_delivery=on_delivery,
+                    "crashy", key=b"%d" % (sent % 17), value=value, on_delivery=on_delivery
                 )
-                sent += 1
-            producer.poll(0.005)
+            except BufferError:  # the broker is down and the local queue is full: wait
+                producer.poll(0.05)
+                continue
+            sent += 1
+            if sent % 200 == 0:
+                producer.poll(0.005)
 
     thread = threading.Thread(target=run_producer)
     thread.start()
