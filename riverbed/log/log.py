@@ -42,6 +42,7 @@ from riverbed.log.batch import (
 )
 from riverbed.log.config import LogConfig
 from riverbed.log.errors import OffsetOutOfRangeError, RecordTooLargeError
+from riverbed.log.file_records import FileRecords
 from riverbed.log.index import INT32_MAX, fsync_path
 from riverbed.log.loader import (
     CLEAN_SHUTDOWN_FILE,
@@ -263,32 +264,41 @@ class Log:
         """Whole batches from the one holding ``offset``: at most ``max_bytes``, except that
         the first batch is returned whole even if larger (Kafka's progress rule); none at or
         after ``max_offset`` (default: high_watermark). b"" at log_end_offset."""
+        with self.read_records(offset, max_bytes=max_bytes, max_offset=max_offset) as records:
+            return records.read()
+
+    def read_records(
+        self, offset: int, *, max_bytes: int, max_offset: int | None = None
+    ) -> FileRecords:
+        """The batches :meth:`read` would return, as regions of the segment files (for
+        zero-copy sends); the caller closes them."""
         if offset < self.log_start_offset or offset > self._log_end_offset:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside [{self.log_start_offset}, {self._log_end_offset}]"
             )
         limit = self.high_watermark if max_offset is None else max_offset
         if offset >= limit:
-            return b""
+            return FileRecords()
         i = bisect.bisect_right(self._bases, offset) - 1
         position = self._segments[i].position_of(offset)
-        parts: list[bytes] = []
+        parts: list[tuple[int, int, int]] = []
         remaining = max_bytes
         while position is not None:
+            segment = self._segments[i]
             last = i == len(self._segments) - 1
-            data, reached_end = self._segments[i].read(
+            length, reached_end = segment.locate(
                 position,
                 max_bytes=remaining,
                 max_offset=limit if last or limit < self._bases[i + 1] else None,
                 first=not parts,
             )
-            parts.append(data)
-            remaining -= len(data)
+            parts.append((segment.fd, position, length))
+            remaining -= length
             i += 1
             if not reached_end or remaining <= 0 or i == len(self._segments):
                 break
             position = 0
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        return FileRecords.of(parts)
 
     # --- timestamps -------------------------------------------------------------------------
 

@@ -301,15 +301,17 @@ class LogSegment:
         found = self._seek(offset)
         return None if found is None else found[0]
 
-    def read(
+    def locate(
         self, position: int, *, max_bytes: int, max_offset: int | None, first: bool
-    ) -> tuple[bytes, bool]:
-        """Whole batches from ``position``: at most ``max_bytes`` (but with ``first`` the
-        first batch whole even if larger), none with base offset >= ``max_offset`` (None:
-        no such limit in this segment).
+    ) -> tuple[int, bool]:
+        """How many bytes of whole batches to serve from ``position``: at most ``max_bytes``
+        (but with ``first`` the first batch whole even if larger), none with base offset >=
+        ``max_offset`` (None: no such limit in this segment).
 
-        Returns the bytes and whether they reach the end of the segment. One pread in the
-        usual case; the cut to whole batches walks headers from the nearest index entry."""
+        Returns that length and whether it reaches the end of the segment. The batches
+        themselves are not read: only the headers near the cut, from the nearest offset-index
+        entry below it (at most ``index_interval_bytes`` plus one header), so a fetch can send
+        them from the file without copying them through Python."""
         limit = self.size
         if max_offset is not None and (self.next_offset is None or max_offset < self.next_offset):
             stop = self._seek(max_offset)
@@ -317,22 +319,32 @@ class LogSegment:
                 stop_pos, stop_base, stop_size = stop
                 limit = stop_pos if stop_base >= max_offset else stop_pos + stop_size
         if limit <= position:
-            return b"", limit == self.size
-        want = max(max_bytes, 12) if first else max_bytes  # 12: enough to size the first batch
-        data = os.pread(self.fd, min(want, limit - position), position)
-        if len(data) == limit - position:
-            return data, limit == self.size
+            return 0, limit == self.size
+        end = position + min(max_bytes, limit - position)
+        if end == limit:
+            return limit - position, limit == self.size
         if first:
-            _, first_size = read_offset_and_size(data)
-            if first_size > len(data):  # Kafka's progress rule: the first batch, whole
-                data = os.pread(self.fd, min(first_size, limit - position), position)
-        walk = max(self.offset_index.floor_position(position + len(data)), position) - position
-        while len(data) - walk >= 12:
-            _, size = read_offset_and_size(data, walk)
-            if walk + size > len(data):
+            _, first_size = read_offset_and_size(os.pread(self.fd, 12, position))
+            if first_size >= end - position:  # Kafka's progress rule: the first batch, whole
+                return min(first_size, limit - position), position + first_size >= self.size
+        walk = max(self.offset_index.floor_position(end), position)
+        tail = os.pread(self.fd, end - walk, walk)
+        cut = 0
+        while len(tail) - cut >= 12:
+            _, size = read_offset_and_size(tail, cut)
+            if cut + size > len(tail):
                 break
-            walk += size
-        return data[:walk], False
+            cut += size
+        return walk + cut - position, False
+
+    def read(
+        self, position: int, *, max_bytes: int, max_offset: int | None, first: bool
+    ) -> tuple[bytes, bool]:
+        """Like :meth:`locate`, with the bytes themselves (one pread)."""
+        length, reached_end = self.locate(
+            position, max_bytes=max_bytes, max_offset=max_offset, first=first
+        )
+        return (os.pread(self.fd, length, position) if length else b""), reached_end
 
     # --- persistence ----------------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import os
 import struct
 import threading
 import time
@@ -165,3 +166,26 @@ def test_idle_connections_are_closed_after_connections_max_idle_ms(tmp_path: Pat
             with pytest.raises(ConnectionError):
                 client.receive(API_VERSIONS, 3)  # nothing sent: the broker hangs up
             assert 0.25 <= time.monotonic() - started < 5
+
+
+def test_fetch_sends_stored_batches_with_sendfile(
+    running: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent_by_sendfile: list[int] = []
+    real_sendfile = os.sendfile
+
+    def counting_sendfile(out_fd: int, in_fd: int, offset: int | None, count: int) -> int:
+        sent = real_sendfile(out_fd, in_fd, offset, count)
+        sent_by_sendfile.append(sent)
+        return sent
+
+    monkeypatch.setattr(os, "sendfile", counting_sendfile)
+    batches = [batch_of(*(b"v%d-%d" % (b, i) for i in range(100))) for b in range(20)]
+    with WireClient(running.bootstrap_servers) as client:
+        for batch in batches:
+            client.request(PRODUCE, 9, produce_request("w", batch, acks=1))
+        response = client.request(FETCH, 12, fetch_request("w", 0, max_wait_ms=0, min_bytes=1))
+    records = partition_of(response).records  # type: ignore[attr-defined]
+    assert len(decode_records(records[: len(batches[0])])) == 100
+    assert len(records) == sum(len(b) for b in batches)
+    assert sum(sent_by_sendfile) == len(records), "every stored byte went out by sendfile"

@@ -174,3 +174,35 @@ def test_flush_after_close_or_delete_is_a_no_op(tmp_path: Path) -> None:
     doomed.delete()
     assert not (tmp_path / "b-0").exists()
     assert doomed.flush() == 0
+
+
+def test_read_records_are_file_regions_that_outlive_the_segment_files(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", segment_bytes=300, index_interval_bytes=0)
+    for i in range(30):
+        log.append(batch(2, tag=i))
+    expected = log.read(10, max_bytes=1000)
+    records = log.read_records(10, max_bytes=1000)
+    assert len(records) == len(expected)
+    assert len(records.regions) > 1, "the read spans segments"
+    log.delete()  # files unlinked, the log's descriptors closed
+    assert records.read() == expected, "the regions hold their own descriptors"
+    records.close()
+    assert all(region.file.closed for region in records.regions)
+
+
+def test_read_records_cut_at_the_last_whole_batch_within_max_bytes(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", index_interval_bytes=4096)
+    for i in range(200):
+        log.append(batch(50, tag=i, value_bytes=100))  # ~5.5 KB batches
+    with log.read_records(0, max_bytes=10**9) as everything:
+        full = everything.read()
+    sizes = [header.size for _, header in iter_batches(full)]
+    assert len(sizes) == 200
+    for max_bytes in (1, 5000, 5600, 100_000, 333_333, sum(sizes) - 1):
+        fitting, total = 0, 0
+        while fitting < len(sizes) and total + sizes[fitting] <= max_bytes:
+            total += sizes[fitting]
+            fitting += 1
+        expected = full[: total if fitting else sizes[0]]  # at least the first batch, whole
+        with log.read_records(0, max_bytes=max_bytes) as records:
+            assert records.read() == expected, max_bytes

@@ -7,11 +7,10 @@ larger, so a consumer always makes progress (Kafka's rule since Fetch v3). If fe
 ``min_bytes`` are available the request waits in the purgatory until an append to one of its
 partitions or ``max_wait_ms``, then reads again.
 
-Copies: a partition's batches are read with one ``pread`` per segment and joined into the
-response frame (two copies of the bytes, no decoding). ``sendfile`` would save both, but an
-asyncio transport can only ``sendfile`` after draining what was written before it, once per
-partition; at the benchmark's 1.35M msg/s the broker spends 15% of one core on consumers
-(BENCHMARKS.md), so the copies are not what limits a consumer today.
+Zero-copy: a partition's answer is a :class:`~riverbed.log.file_records.FileRecords`, the
+regions of the segment files that hold it; the connection writes the response around them
+and hands the regions to the kernel with ``sendfile`` (see ``riverbed.broker.connection``).
+Only the headers near the cut to whole batches are read by the broker.
 
 Fetch sessions (KIP-227) are not kept: every response has ``session_id`` 0, which tells
 clients that ask for a session to keep sending full requests, and an incremental request
@@ -26,6 +25,7 @@ from typing import Any
 from riverbed.broker.errors import error_code_for
 from riverbed.broker.state import BrokerState
 from riverbed.log.errors import LogError
+from riverbed.log.file_records import FileRecords
 from riverbed.protocol import ErrorCode, Request
 
 # Fetch sessions: 0 means "no session"; epoch -1 "no session wanted", 0 "create one".
@@ -58,6 +58,7 @@ async def handle(state: BrokerState, request: Request) -> dict[str, Any]:
         remaining_s = deadline - time.monotonic()
         if total_bytes >= min_bytes or failed or remaining_s <= 0 or not wanted:
             break
+        _close(responses)  # not enough yet: read again after the wait
         await state.purgatory.wait(wanted, timeout_s=remaining_s)
     return {
         "throttle_time": 0,
@@ -65,6 +66,13 @@ async def handle(state: BrokerState, request: Request) -> dict[str, Any]:
         "session_id": NO_SESSION_ID,
         "responses": responses,
     }
+
+
+def _close(responses: list[dict[str, Any]]) -> None:
+    for topic in responses:
+        for partition in topic["partitions"]:
+            if isinstance(partition["records"], FileRecords):
+                partition["records"].close()
 
 
 def _read(state: BrokerState, body: Any, max_bytes: int) -> tuple[list[dict[str, Any]], int, bool]:
@@ -120,9 +128,11 @@ def _read_partition(
             log_start_offset=partition_log.log_start_offset,
         )
         if budget > 0 or allow_oversize:
-            entry["records"] = partition_log.read(offset, max_bytes=max(budget, 1))
-            if not allow_oversize and len(entry["records"]) > budget:
-                entry["records"] = b""
+            records = partition_log.read_records(offset, max_bytes=max(budget, 1))
+            if not allow_oversize and len(records) > budget:
+                records.close()
+            else:
+                entry["records"] = records
     except (LogError, OSError) as e:
         entry["error_code"] = error_code_for(e)
         entry["records"] = b""  # Kafka sends empty records with an error, never null
