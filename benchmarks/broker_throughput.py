@@ -163,6 +163,12 @@ CONSUMER_TUNING = {
 }
 
 
+# Consumer.consume() returns when it has num_messages or when the timeout passes, whichever
+# is first: small batches keep the Python loop in step with librdkafka's fetcher. Measured
+# here: 2,000 -> 1.6-1.9M msg/s, 10,000 -> 1.4-1.6M, 30,000 -> 0.09M.
+CONSUME_BATCH = 2_000
+
+
 def consume(bootstrap: str, topic: str, count: int, *, tuned: bool) -> float:
     settings = {"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False}
     consumer = Consumer({**settings, **(CONSUMER_TUNING if tuned else {})})
@@ -170,7 +176,7 @@ def consume(bootstrap: str, topic: str, count: int, *, tuned: bool) -> float:
     received = 0
     start = time.perf_counter()
     while received < count:
-        for message in consumer.consume(num_messages=10_000, timeout=10):
+        for message in consumer.consume(num_messages=CONSUME_BATCH, timeout=10):
             if message.error() is None:
                 received += 1
     elapsed = time.perf_counter() - start
