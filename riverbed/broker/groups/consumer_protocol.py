@@ -1,0 +1,487 @@
+"""Consumer groups of the next-generation rebalance protocol (KIP-848), as a pure state machine.
+
+A member joins, stays and leaves with ConsumerGroupHeartbeat only; the coordinator computes
+the partition assignment itself. The moving parts, per group:
+
+- the **group epoch**, bumped whenever the group changes in a way that may change the
+  assignment: a member joins, leaves or changes its subscription, or a subscribed topic
+  appears, disappears or gains partitions;
+- the **target assignment** (what each member should own), recomputed by the group's assignor
+  (``consumer_protocol_assignors``) when the group epoch is ahead of the assignment epoch;
+- each member's **member epoch** and current assignment, moved towards the target one
+  heartbeat at a time so that no partition is ever owned twice (``consumer_protocol_reconcile``).
+
+Members heartbeat every ``heartbeat_interval_ms`` (the coordinator tells them, Kafka's
+``group.consumer.heartbeat.interval.ms``); one not heard from for ``session_timeout_ms``
+(``group.consumer.session.timeout.ms``), or that does not revoke partitions within its own
+rebalance timeout (the client's ``max.poll.interval.ms``), is removed by :meth:`expire`. A
+member leaves with epoch -1; a static member (``group.instance.id``) may leave with epoch -2,
+keeping its partitions for a new process with the same instance id until its session expires.
+
+No I/O and no clock: the caller passes ``now_ms`` and calls :meth:`ConsumerGroups.expire`
+when :meth:`ConsumerGroups.next_deadline_ms` comes. State lives in memory only; after a
+broker restart members get UNKNOWN_MEMBER_ID and rejoin (their committed offsets are in the
+offset store, not here).
+
+Errors (each the Kafka error a client expects; the broker maps them to codes)::
+
+    ConsumerGroupError
+    ├── InvalidRequestError          INVALID_REQUEST: a field missing or malformed
+    ├── InvalidRegularExpressionError INVALID_REGULAR_EXPRESSION
+    ├── UnsupportedAssignorError     UNSUPPORTED_ASSIGNOR
+    ├── GroupIdNotFoundError         GROUP_ID_NOT_FOUND: no such consumer group
+    ├── GroupMaxSizeReachedError     GROUP_MAX_SIZE_REACHED
+    ├── UnknownMemberIdError         UNKNOWN_MEMBER_ID: rejoin with epoch 0
+    ├── FencedMemberEpochError       FENCED_MEMBER_EPOCH: drop partitions, rejoin with epoch 0
+    ├── StaleMemberEpochError        STALE_MEMBER_EPOCH (offset commits)
+    ├── NonEmptyGroupError           NON_EMPTY_GROUP (DeleteGroups)
+    ├── UnreleasedInstanceIdError    UNRELEASED_INSTANCE_ID: instance id still in use
+    └── FencedInstanceIdError        FENCED_INSTANCE_ID: another process took the instance id
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from riverbed.broker.groups.consumer_protocol_assignors import (
+    ASSIGNORS,
+    DEFAULT_ASSIGNOR,
+    Assignment,
+    Assignor,
+    MemberSubscription,
+)
+from riverbed.broker.groups.consumer_protocol_group import ConsumerGroup, Member
+from riverbed.broker.groups.consumer_protocol_reconcile import (
+    MemberAssignment,
+    MemberState,
+    assignment_equal,
+    reconcile,
+)
+
+__all__ = [
+    "LEAVE_GROUP_MEMBER_EPOCH",
+    "LEAVE_GROUP_STATIC_MEMBER_EPOCH",
+    "ConsumerGroupError",
+    "ConsumerGroups",
+    "Expired",
+    "FencedInstanceIdError",
+    "FencedMemberEpochError",
+    "GroupIdNotFoundError",
+    "GroupMaxSizeReachedError",
+    "Heartbeat",
+    "HeartbeatResult",
+    "InvalidRegularExpressionError",
+    "InvalidRequestError",
+    "Member",
+    "MemberAssignment",
+    "MemberState",
+    "NonEmptyGroupError",
+    "StaleMemberEpochError",
+    "TopicInfo",
+    "UnknownMemberIdError",
+    "UnreleasedInstanceIdError",
+    "UnsupportedAssignorError",
+]
+
+LEAVE_GROUP_MEMBER_EPOCH = -1
+LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
+NO_REBALANCE_TIMEOUT = -1  # "unchanged since the last heartbeat"
+
+
+class ConsumerGroupError(Exception):
+    """A heartbeat or offset request the coordinator refuses; see the module docstring."""
+
+
+class InvalidRequestError(ConsumerGroupError):
+    pass
+
+
+class InvalidRegularExpressionError(ConsumerGroupError):
+    pass
+
+
+class UnsupportedAssignorError(ConsumerGroupError):
+    pass
+
+
+class GroupIdNotFoundError(ConsumerGroupError):
+    pass
+
+
+class GroupMaxSizeReachedError(ConsumerGroupError):
+    pass
+
+
+class UnknownMemberIdError(ConsumerGroupError):
+    pass
+
+
+class FencedMemberEpochError(ConsumerGroupError):
+    pass
+
+
+class StaleMemberEpochError(ConsumerGroupError):
+    pass
+
+
+class NonEmptyGroupError(ConsumerGroupError):
+    pass
+
+
+class UnreleasedInstanceIdError(ConsumerGroupError):
+    pass
+
+
+class FencedInstanceIdError(ConsumerGroupError):
+    pass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicInfo:
+    """A topic as the coordinator sees it (from the broker's topic metadata)."""
+
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Heartbeat:
+    """One ConsumerGroupHeartbeat request; ``None`` fields are "unchanged since last time"."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = NO_REBALANCE_TIMEOUT
+    subscribed_topic_names: Sequence[str] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned: Assignment | None = None
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeartbeatResult:
+    member_id: str
+    member_epoch: int
+    heartbeat_interval_ms: int
+    assignment: Assignment | None = None
+    """The member's whole current assignment, when it changed or the request was full."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Expired:
+    group_id: str
+    member_id: str
+    reason: str
+
+
+@dataclass(slots=True, kw_only=True)
+class ConsumerGroups:
+    """Every consumer-protocol group of one coordinator."""
+
+    topics: Callable[[], Mapping[str, TopicInfo]]
+    """The topics members may subscribe to (internal topics left out), by name."""
+    session_timeout_ms: int = 45_000  # Kafka's group.consumer.session.timeout.ms
+    heartbeat_interval_ms: int = 5_000  # Kafka's group.consumer.heartbeat.interval.ms
+    max_size: int = 2**31 - 1  # Kafka's group.consumer.max.size
+    assignors: Mapping[str, Assignor] = field(default_factory=lambda: ASSIGNORS)
+    default_assignor: str = DEFAULT_ASSIGNOR
+    _groups: dict[str, ConsumerGroup] = field(default_factory=dict)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def __contains__(self, group_id: object) -> bool:
+        return group_id in self._groups
+
+    def __iter__(self) -> Iterator[ConsumerGroup]:
+        return iter(list(self._groups.values()))
+
+    def get(self, group_id: str) -> ConsumerGroup | None:
+        return self._groups.get(group_id)
+
+    def next_deadline_ms(self) -> int | None:
+        """When :meth:`expire` next has something to do, or ``None``."""
+        deadlines = [d for group in self._groups.values() for d in group.deadlines()]
+        return min(deadlines, default=None)
+
+    # -- heartbeats -----------------------------------------------------------------------
+
+    def heartbeat(self, request: Heartbeat, *, now_ms: int) -> HeartbeatResult:
+        """Serve one ConsumerGroupHeartbeat; raises a :class:`ConsumerGroupError`."""
+        self._validate(request)
+        if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+            return self._leave(request)
+        joining = request.member_epoch == 0
+        group = self._groups.get(request.group_id)
+        if group is None:
+            if not joining:
+                raise GroupIdNotFoundError(f"consumer group {request.group_id} not found")
+            group = ConsumerGroup(group_id=request.group_id)
+        member = self._member_for(group, request, joining=joining)
+        self._groups[group.group_id] = group
+        old_subscription = (member.subscribed_topic_names, member.subscribed_topic_regex)
+        member.update_from(request)
+        is_new = member.member_id not in group.members
+        group.put(member)
+        topics = self.topics()
+        metadata = group.subscription_metadata(topics)
+        changed = (
+            is_new
+            or old_subscription != (member.subscribed_topic_names, member.subscribed_topic_regex)
+            or metadata != group.metadata
+        )
+        if changed:
+            group.group_epoch += 1
+            group.metadata = metadata
+        if group.group_epoch > group.assignment_epoch:
+            self._update_target(group, topics)
+        before = member.assignment
+        member.assignment = reconcile(
+            before,
+            member_id=member.member_id,
+            target_epoch=group.assignment_epoch,
+            target=group.target.get(member.member_id, {}),
+            owned=request.owned,
+            partition_owner=group.owner_of,
+        )
+        group.set_owner(member)
+        after = member.assignment
+        member.session_deadline_ms = now_ms + self.session_timeout_ms
+        if after.state is not MemberState.UNREVOKED_PARTITIONS:
+            member.rebalance_deadline_ms = None
+        elif before.state is not MemberState.UNREVOKED_PARTITIONS or before != after:
+            member.rebalance_deadline_ms = now_ms + member.rebalance_timeout_ms
+        full = joining or (
+            request.rebalance_timeout_ms != NO_REBALANCE_TIMEOUT
+            and request.subscribed_topic_names is not None
+            and request.owned is not None
+        )
+        send = full or not assignment_equal(before.assigned, after.assigned)
+        return HeartbeatResult(
+            member_id=member.member_id,
+            member_epoch=after.member_epoch,
+            heartbeat_interval_ms=self.heartbeat_interval_ms,
+            assignment=dict(after.assigned) if send else None,
+        )
+
+    def _validate(self, request: Heartbeat) -> None:
+        """Kafka's checks (``throwIfConsumerGroupHeartbeatRequestIsInvalid``)."""
+        if not request.group_id:
+            raise InvalidRequestError("GroupId can't be empty.")
+        if request.instance_id == "":
+            raise InvalidRequestError("InstanceId can't be empty.")
+        if request.rack_id == "":
+            raise InvalidRequestError("RackId can't be empty.")
+        if not request.member_id:
+            raise InvalidRequestError("MemberId can't be empty.")
+        epoch = request.member_epoch
+        if epoch == 0:
+            if request.rebalance_timeout_ms == NO_REBALANCE_TIMEOUT:
+                raise InvalidRequestError("RebalanceTimeoutMs must be provided in first request.")
+            if request.owned is None or any(request.owned.values()):
+                raise InvalidRequestError("TopicPartitions must be empty when (re-)joining.")
+            if not request.subscribed_topic_names and not request.subscribed_topic_regex:
+                raise InvalidRequestError(
+                    "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
+                )
+        elif epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            if request.instance_id is None:
+                raise InvalidRequestError("InstanceId can't be null.")
+        elif epoch < LEAVE_GROUP_MEMBER_EPOCH:
+            raise InvalidRequestError("MemberEpoch is invalid.")
+        if request.subscribed_topic_regex:
+            try:
+                re.compile(request.subscribed_topic_regex)
+            except re.error as e:
+                raise InvalidRegularExpressionError(
+                    f"{request.subscribed_topic_regex!r}: {e}"
+                ) from None
+        if request.server_assignor is not None and request.server_assignor not in self.assignors:
+            raise UnsupportedAssignorError(
+                f"ServerAssignor {request.server_assignor} is not supported. "
+                f"Supported assignors: {', '.join(self.assignors)}."
+            )
+
+    def _member_for(self, group: ConsumerGroup, request: Heartbeat, *, joining: bool) -> Member:
+        """The member this heartbeat is from, created or taken over when joining."""
+        instance_id = request.instance_id
+        static = group.static_member(instance_id) if instance_id is not None else None
+        if instance_id is not None and joining and static is not None:
+            if static.member_id == request.member_id:
+                return static
+            if static.assignment.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                raise UnreleasedInstanceIdError(
+                    f"static member {instance_id} of group {group.group_id} has not left"
+                )
+            # A new process of a static member that left with epoch -2: it takes over the
+            # previous member's partitions and target without a rebalance.
+            return group.replace(static, new_member_id=request.member_id)
+        if instance_id is not None and not joining:
+            if static is None:
+                raise UnknownMemberIdError(f"instance {instance_id} is not in {group.group_id}")
+            if static.member_id != request.member_id:
+                raise FencedInstanceIdError(
+                    f"instance {instance_id} belongs to member {static.member_id}"
+                )
+        member = group.members.get(request.member_id)
+        if member is None:
+            if not joining:
+                raise UnknownMemberIdError(
+                    f"member {request.member_id} is not in group {group.group_id}"
+                )
+            if len(group.members) >= self.max_size:
+                raise GroupMaxSizeReachedError(
+                    f"group {group.group_id} has {self.max_size} members"
+                )
+            return Member(member_id=request.member_id)
+        if not joining:
+            self._check_epoch(member, request)
+        # Epoch 0 from a known member: it lost its partitions and rejoins (KAFKA-19233).
+        return member
+
+    @staticmethod
+    def _check_epoch(member: Member, request: Heartbeat) -> None:
+        """Kafka's ``throwIfConsumerGroupMemberEpochIsInvalid``."""
+        current = member.assignment
+        received = request.member_epoch
+        if received > current.member_epoch:
+            raise FencedMemberEpochError(
+                f"member epoch {received} is ahead of the coordinator's {current.member_epoch}"
+            )
+        if received < current.member_epoch:
+            # The response that carried the new epoch may have been lost: accept the previous
+            # epoch if the member owns no partition outside its current assignment.
+            owned = request.owned
+            subset = owned is not None and all(
+                parts <= current.assigned.get(topic_id, frozenset())
+                for topic_id, parts in owned.items()
+            )
+            if received != current.previous_member_epoch or not subset:
+                raise FencedMemberEpochError(
+                    f"member epoch {received} is behind the coordinator's {current.member_epoch}"
+                )
+
+    def _update_target(self, group: ConsumerGroup, topics: Mapping[str, TopicInfo]) -> None:
+        subscriptions = {
+            member_id: MemberSubscription(
+                topic_ids=frozenset(
+                    topics[name].topic_id for name in group.subscribed_names(member, topics)
+                ),
+                previous=group.target.get(member_id, {}),
+            )
+            for member_id, member in group.members.items()
+        }
+        partitions = {info.topic_id: info.partitions for info in group.metadata.values()}
+        assignor = self.assignors[self._assignor_name(group)]
+        group.target = assignor.assign(subscriptions, partitions)
+        group.assignment_epoch = group.group_epoch
+
+    def _assignor_name(self, group: ConsumerGroup) -> str:
+        """The assignor most members asked for, else the default (Kafka's rule)."""
+        named = Counter(m.server_assignor for m in group.members.values() if m.server_assignor)
+        if not named:
+            return self.default_assignor
+        return min(named, key=lambda name: (-named[name], name))
+
+    # -- leaving and expiry ---------------------------------------------------------------
+
+    def _leave(self, request: Heartbeat) -> HeartbeatResult:
+        group = self._groups.get(request.group_id)
+        if group is None:
+            raise GroupIdNotFoundError(f"consumer group {request.group_id} not found")
+        if request.instance_id is None:
+            member = group.members.get(request.member_id)
+            if member is None:
+                raise UnknownMemberIdError(f"member {request.member_id} is not in the group")
+        else:
+            static = group.static_member(request.instance_id)
+            if static is None:
+                raise UnknownMemberIdError(f"instance {request.instance_id} is not in the group")
+            if static.member_id != request.member_id:
+                raise FencedInstanceIdError(
+                    f"instance {request.instance_id} belongs to member {static.member_id}"
+                )
+            member = static
+            if request.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                # Temporarily gone: the partitions stay reserved until the session expires.
+                member.assignment = member.assignment.with_epoch(
+                    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+                    state=MemberState.STABLE,
+                    pending_revocation={},
+                )
+                member.rebalance_deadline_ms = None
+                group.set_owner(member)
+                return HeartbeatResult(
+                    member_id=member.member_id,
+                    member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+                    heartbeat_interval_ms=0,
+                )
+        self._remove(group, member)
+        return HeartbeatResult(
+            member_id=member.member_id,
+            member_epoch=request.member_epoch,
+            heartbeat_interval_ms=0,
+        )
+
+    def _remove(self, group: ConsumerGroup, member: Member) -> None:
+        group.remove(member)
+        group.metadata = group.subscription_metadata(self.topics())
+        group.group_epoch += 1  # the others' target assignment must be recomputed
+
+    def expire(self, *, now_ms: int) -> list[Expired]:
+        """Remove members whose session or rebalance timeout has passed."""
+        expired = []
+        for group in list(self._groups.values()):
+            for member in list(group.members.values()):
+                if member.session_deadline_ms <= now_ms:
+                    reason = "its session expired"
+                elif (
+                    member.rebalance_deadline_ms is not None
+                    and member.rebalance_deadline_ms <= now_ms
+                ):
+                    reason = "it did not revoke its partitions within the rebalance timeout"
+                else:
+                    continue
+                self._remove(group, member)
+                expired.append(
+                    Expired(group_id=group.group_id, member_id=member.member_id, reason=reason)
+                )
+        return expired
+
+    # -- offsets and admin ----------------------------------------------------------------
+
+    def validate_offset_commit(self, group_id: str, *, member_id: str, member_epoch: int) -> None:
+        """Whether a commit to a consumer-protocol group may be stored (Kafka's rules).
+
+        A commit without a member (epoch < 0, admin tools) is accepted only while the group
+        has no members; a member must commit with its current member epoch.
+        """
+        group = self._groups.get(group_id)
+        if group is None:
+            raise GroupIdNotFoundError(f"consumer group {group_id} not found")
+        if member_epoch < 0 and not group.members:
+            return
+        member = group.members.get(member_id)
+        if member is None:
+            raise UnknownMemberIdError(f"member {member_id} is not in group {group_id}")
+        if member_epoch != member.assignment.member_epoch:
+            raise StaleMemberEpochError(
+                f"member epoch {member_epoch} is not the current {member.assignment.member_epoch}"
+            )
+
+    def delete(self, group_id: str) -> None:
+        """Forget an empty group (DeleteGroups); raises if it has members."""
+        group = self._groups.get(group_id)
+        if group is None:
+            raise GroupIdNotFoundError(f"consumer group {group_id} not found")
+        if group.members:
+            raise NonEmptyGroupError(f"group {group_id} is not empty")
+        del self._groups[group_id]
