@@ -144,6 +144,24 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         doc="Requests of one connection handled at once before reading is paused "
         "(riverbed's; Kafka handles one at a time per connection).",
     ),
+    Setting(
+        name="group.consumer.session.timeout.ms",
+        attribute="group_consumer_session_timeout_ms",
+        parse=_int_in(1, _INT32_MAX),
+        doc="A group.protocol=consumer member not heard from for this long is removed.",
+    ),
+    Setting(
+        name="group.consumer.heartbeat.interval.ms",
+        attribute="group_consumer_heartbeat_interval_ms",
+        parse=_int_in(1, _INT32_MAX),
+        doc="How often group.protocol=consumer members are told to heartbeat.",
+    ),
+    Setting(
+        name="group.consumer.max.size",
+        attribute="group_consumer_max_size",
+        parse=_int_in(1, _INT32_MAX),
+        doc="Most members of one group.protocol=consumer group.",
+    ),
 )
 
 
@@ -163,6 +181,9 @@ class BrokerConfig:
     # Kafka's queued.max.requests is 500 for the whole broker; per connection, librdkafka and
     # the Java client keep at most 5 requests in flight, so 16 never throttles a real client.
     max_in_flight_per_connection: int = 16
+    group_consumer_session_timeout_ms: int = 45_000  # Kafka default (KIP-848).
+    group_consumer_heartbeat_interval_ms: int = 5_000  # Kafka default (KIP-848).
+    group_consumer_max_size: int = _INT32_MAX  # Kafka default: unlimited.
     log_defaults: LogConfig = field(default_factory=LogConfig)
 
     @classmethod

@@ -7,6 +7,7 @@ from types import MappingProxyType
 from typing import Any
 
 from riverbed.broker.handlers import cluster, fetch, list_offsets, metadata, produce, producers
+from riverbed.broker.handlers import consumer_groups as consumer_protocol
 from riverbed.broker.handlers import topics as topic_admin
 from riverbed.broker.state import BrokerState
 from riverbed.protocol import ApiKey, Request, api_versions_body
@@ -33,5 +34,7 @@ HANDLERS: Mapping[ApiKey, Handler] = MappingProxyType(
         ApiKey.INIT_PRODUCER_ID: producers.handle,
         ApiKey.DESCRIBE_CONFIGS: cluster.describe_configs,
         ApiKey.DESCRIBE_CLUSTER: cluster.describe_cluster,
+        ApiKey.CONSUMER_GROUP_HEARTBEAT: consumer_protocol.heartbeat,
+        ApiKey.CONSUMER_GROUP_DESCRIBE: consumer_protocol.describe,
     }
 )

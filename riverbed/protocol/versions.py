@@ -31,6 +31,14 @@ Why each range (sources in brackets):
   v10/v11 only add KIP-951 tagged leader hints to the response, which may stay empty; v12 is
   KIP-890 transactions v2. ApiVersions goes to 4 (v4 only lifts a feature-range restriction we
   do not use), saving newer clients a retry.
+- The consumer group protocol of KIP-848 (``group.protocol=consumer``). librdkafka 2.16 sends
+  ConsumerGroupHeartbeat v1 only (``rd_kafka_ConsumerGroupHeartbeatRequest`` asks for 1-1:
+  the client makes its own member id and may send a regex; without v1 the consumer fails with
+  ``UNSUPPORTED_FEATURE``). It needs no finalized ``group.version`` feature in ApiVersions, and
+  commits with OffsetCommit up to v9 (member epoch as generation) [src/rdkafka_request.c].
+  v0 differs only in that the coordinator makes the member id and there is no regex, so 0-1
+  are both served. ConsumerGroupDescribe 0-1 (v1 adds ``member_type``) is what admin clients
+  use for such groups (Kafka 4.0: 0-1).
 - kafka-python 3.0.12 guesses the broker version from probes
   (``kafka/protocol/broker_version_data.py``): Produce 11 makes it infer 3.8, so it uses record
   batch v2 and current request versions without ``api_version=``. Its newer probes need
@@ -85,6 +93,8 @@ class ApiKey(enum.IntEnum):
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -146,6 +156,8 @@ SUPPORTED_APIS: Mapping[ApiKey, VersionRange] = MappingProxyType(
         ApiKey.INCREMENTAL_ALTER_CONFIGS: _r(0, 0, 1),
         ApiKey.OFFSET_DELETE: _r(0, 0, 0),
         ApiKey.DESCRIBE_CLUSTER: _r(0, 0, 1),
+        ApiKey.CONSUMER_GROUP_HEARTBEAT: _r(0, 0, 1),
+        ApiKey.CONSUMER_GROUP_DESCRIBE: _r(0, 0, 1),
     }
 )
 

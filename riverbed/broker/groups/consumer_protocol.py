@@ -380,11 +380,11 @@ class ConsumerGroups:
             for member_id, member in group.members.items()
         }
         partitions = {info.topic_id: info.partitions for info in group.metadata.values()}
-        assignor = self.assignors[self._assignor_name(group)]
+        assignor = self.assignors[self.assignor_name(group)]
         group.target = assignor.assign(subscriptions, partitions)
         group.assignment_epoch = group.group_epoch
 
-    def _assignor_name(self, group: ConsumerGroup) -> str:
+    def assignor_name(self, group: ConsumerGroup) -> str:
         """The assignor most members asked for, else the default (Kafka's rule)."""
         named = Counter(m.server_assignor for m in group.members.values() if m.server_assignor)
         if not named:
