@@ -4,7 +4,8 @@ The tools (``topics``, ``produce``, ``consume``) are plain Kafka clients built o
 confluent-kafka, so they work unchanged against a Kafka cluster. This module keeps the
 parts they have in common in one place:
 
-- ``add_connection_arguments`` adds ``--bootstrap`` and ``--connect-timeout-ms``;
+- ``add_connection_arguments`` adds ``--bootstrap`` and ``--connect-timeout-ms``, and
+  ``add_action`` one action of a tool with several (``topics create``), with both;
 - ``parse_assignments`` turns repeated ``KEY=VALUE`` flags into a dict (exit 2 on a bad one);
 - ``client_config`` builds a librdkafka config with librdkafka's own log lines silenced
   (they would interleave with the tool's output) and its errors collected instead;
@@ -12,7 +13,9 @@ parts they have in common in one place:
 - ``wait_for_cluster`` asks for cluster metadata, bounded by the connect timeout, and turns
   an unreachable cluster into one ``CliError`` line instead of a hang;
 - ``describe_kafka_error`` makes a ``KafkaError`` readable, and ``kafka_errors`` wraps a
-  tool's ``run`` so that no ``KafkaException`` escapes as a traceback.
+  tool's ``run`` so that no ``KafkaException`` escapes as a traceback;
+- ``connect_admin`` makes an AdminClient and checks the cluster answers; ``admin_result``
+  and ``admin_error_code`` read one admin request's future.
 """
 
 from __future__ import annotations
@@ -22,19 +25,25 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import ClusterMetadata, TopicMetadata
+from confluent_kafka.admin import AdminClient, ClusterMetadata, TopicMetadata
 
 from riverbed.cli.errors import CliError
 
 __all__ = [
+    "ADMIN_REQUEST_TIMEOUT_S",
     "DEFAULT_BOOTSTRAP",
     "DEFAULT_CONNECT_TIMEOUT_MS",
     "ErrorLog",
+    "add_action",
     "add_connection_arguments",
+    "admin_error_code",
+    "admin_result",
     "client_config",
+    "connect_admin",
     "create_client",
     "describe_kafka_error",
     "kafka_errors",
@@ -50,6 +59,8 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 # How long a tool waits for the first metadata before saying no broker is reachable. Kafka's
 # own tools retry forever; 10 s is long enough for a broker that is still starting up.
 DEFAULT_CONNECT_TIMEOUT_MS = 10_000
+# Kafka's default request.timeout.ms (30000): how long one admin request may take.
+ADMIN_REQUEST_TIMEOUT_S = 30.0
 
 # librdkafka's log lines go here; without a handler they are dropped (see client_config).
 _LIBRDKAFKA_LOG = logging.getLogger("riverbed.cli.librdkafka")
@@ -105,6 +116,18 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
         help="give up when no broker answers within this time "
         f"(default {DEFAULT_CONNECT_TIMEOUT_MS})",
     )
+
+
+def add_action(
+    actions: Any, name: str, run: Callable[[argparse.Namespace], int], help_text: str
+) -> argparse.ArgumentParser:
+    """Add action ``name`` to a tool's subparsers; ``run`` is wrapped with ``kafka_errors``."""
+    parser: argparse.ArgumentParser = actions.add_parser(
+        name, help=help_text, description=help_text[0].upper() + help_text[1:] + "."
+    )
+    add_connection_arguments(parser)
+    parser.set_defaults(run=kafka_errors(run))
+    return parser
 
 
 def positive_int(text: str) -> int:
@@ -237,3 +260,29 @@ def describe_kafka_error(error: KafkaError | KafkaException | object) -> str:
     if error.name().lower().lstrip("_") in reason.lower().replace(" ", "_"):
         return reason
     return f"{reason} ({error.name()})"
+
+
+def connect_admin(args: argparse.Namespace) -> tuple[AdminClient, ClusterMetadata]:
+    """An AdminClient for ``args.bootstrap`` and the cluster's metadata (or a ``CliError``)."""
+    errors = ErrorLog()
+    admin = create_client(AdminClient, client_config(args, errors))
+    return admin, wait_for_cluster(admin, args, errors)
+
+
+def admin_result(future: Future[Any], what: str) -> Any:
+    """The result of one admin request; its failure as ``CliError("<what>: <reason>")``."""
+    try:
+        return future.result()
+    except KafkaException as e:
+        raise CliError(f"{what}: {describe_kafka_error(e)}") from None
+
+
+def admin_error_code(future: Future[Any]) -> int | None:
+    """The Kafka error code an admin future failed with (waiting for it), or None on success."""
+    exception = future.exception()
+    if exception is None:
+        return None
+    if isinstance(exception, KafkaException) and isinstance(exception.args[0], KafkaError):
+        code: int = exception.args[0].code()
+        return code
+    return KafkaError.UNKNOWN

@@ -10,7 +10,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from riverbed.cli import broker_command, consume_command, produce_command, topics_command
+from riverbed.cli import (
+    broker_command,
+    consume_command,
+    groups_command,
+    produce_command,
+    topics_command,
+)
 from riverbed.cli.errors import CliError
 
 __all__ = ["main"]
@@ -26,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     topics_command.add_parser(commands)
     produce_command.add_parser(commands)
     consume_command.add_parser(commands)
+    groups_command.add_parser(commands)
     return parser
 
 

@@ -13,13 +13,10 @@ the same against a Kafka cluster. ``describe`` prints Kafka's layout:
 from __future__ import annotations
 
 import argparse
-from concurrent.futures import Future
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicCollection
+from confluent_kafka import KafkaError, TopicCollection
 from confluent_kafka.admin import (
-    AdminClient,
-    ClusterMetadata,
     ConfigResource,
     ConfigSource,
     NewPartitions,
@@ -28,22 +25,18 @@ from confluent_kafka.admin import (
 )
 
 from riverbed.cli.client import (
-    ErrorLog,
-    add_connection_arguments,
-    client_config,
-    create_client,
-    describe_kafka_error,
-    kafka_errors,
+    ADMIN_REQUEST_TIMEOUT_S,
+    add_action,
+    admin_error_code,
+    admin_result,
+    connect_admin,
     parse_assignments,
     positive_int,
-    wait_for_cluster,
 )
 from riverbed.cli.errors import CliError
 
 __all__ = ["add_parser"]
 
-# Kafka's default request.timeout.ms (30000): how long one admin request may take.
-REQUEST_TIMEOUT_S = 30.0
 # CreateTopics' "use the broker's default" for partitions and replication factor (KIP-464).
 BROKER_DEFAULT = -1
 
@@ -56,7 +49,7 @@ def add_parser(commands: Any) -> None:
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    create = _action(actions, "create", run_create, "create a topic")
+    create = add_action(actions, "create", run_create, "create a topic")
     create.add_argument("--topic", required=True)
     create.add_argument(
         "--partitions", type=positive_int, help="number of partitions (default: the broker's)"
@@ -75,80 +68,47 @@ def add_parser(commands: Any) -> None:
         "--if-not-exists", action="store_true", help="succeed if the topic already exists"
     )
 
-    listing = _action(actions, "list", run_list, "list topic names, one per line")
+    listing = add_action(actions, "list", run_list, "list topic names, one per line")
     listing.add_argument(
         "--exclude-internal", action="store_true", help="leave out topics starting with __"
     )
 
-    describe = _action(actions, "describe", run_describe, "partitions, leaders and configs")
+    describe = add_action(actions, "describe", run_describe, "partitions, leaders and configs")
     describe.add_argument("--topic", help="the topic to describe (default: all topics)")
 
-    delete = _action(actions, "delete", run_delete, "delete a topic")
+    delete = add_action(actions, "delete", run_delete, "delete a topic")
     delete.add_argument("--topic", required=True)
     delete.add_argument("--if-exists", action="store_true", help="succeed if there is no topic")
 
-    alter = _action(actions, "alter", run_alter, "add partitions to a topic")
+    alter = add_action(actions, "alter", run_alter, "add partitions to a topic")
     alter.add_argument("--topic", required=True)
     alter.add_argument(
         "--partitions", type=positive_int, required=True, help="the new, larger partition count"
     )
 
 
-def _action(actions: Any, name: str, run: Any, help_text: str) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = actions.add_parser(
-        name, help=help_text, description=help_text[0].upper() + help_text[1:] + "."
-    )
-    add_connection_arguments(parser)
-    parser.set_defaults(run=kafka_errors(run))
-    return parser
-
-
-def _connect(args: argparse.Namespace) -> tuple[AdminClient, ClusterMetadata]:
-    errors = ErrorLog()
-    admin = create_client(AdminClient, client_config(args, errors))
-    return admin, wait_for_cluster(admin, args, errors)
-
-
-def _result(future: Future[Any], what: str) -> Any:
-    try:
-        return future.result()
-    except KafkaException as e:
-        raise CliError(f"{what}: {describe_kafka_error(e)}") from None
-
-
-def _error_code(future: Future[Any]) -> int | None:
-    """The Kafka error code a finished admin future failed with, or None on success."""
-    exception = future.exception()
-    if exception is None:
-        return None
-    if isinstance(exception, KafkaException) and isinstance(exception.args[0], KafkaError):
-        code: int = exception.args[0].code()
-        return code
-    return KafkaError.UNKNOWN
-
-
 def run_create(args: argparse.Namespace) -> int:
     """CreateTopics; exit 1 if the topic exists, unless --if-not-exists."""
     configs = parse_assignments(args.config, flag="--config")
-    admin, _ = _connect(args)
+    admin, _ = connect_admin(args)
     topic = NewTopic(
         args.topic,
         num_partitions=args.partitions or BROKER_DEFAULT,
         replication_factor=args.replication_factor or BROKER_DEFAULT,
         config=configs,
     )
-    future = admin.create_topics([topic], request_timeout=REQUEST_TIMEOUT_S)[args.topic]
+    future = admin.create_topics([topic], request_timeout=ADMIN_REQUEST_TIMEOUT_S)[args.topic]
     future.exception()  # wait
-    if args.if_not_exists and _error_code(future) == KafkaError.TOPIC_ALREADY_EXISTS:
+    if args.if_not_exists and admin_error_code(future) == KafkaError.TOPIC_ALREADY_EXISTS:
         return 0
-    _result(future, f"cannot create topic {args.topic!r}")
+    admin_result(future, f"cannot create topic {args.topic!r}")
     print(f"Created topic {args.topic}.")
     return 0
 
 
 def run_list(args: argparse.Namespace) -> int:
     """Metadata for all topics: their names, sorted."""
-    _, metadata = _connect(args)
+    _, metadata = connect_admin(args)
     for name in sorted(metadata.topics):
         if args.exclude_internal and name.startswith("__"):
             continue
@@ -158,21 +118,23 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_describe(args: argparse.Namespace) -> int:
     """Metadata (with topic IDs) and DescribeConfigs for one topic or all of them."""
-    admin, metadata = _connect(args)
+    admin, metadata = connect_admin(args)
     names = sorted(metadata.topics) if args.topic is None else [args.topic]
     if not names:
         return 0
-    descriptions = admin.describe_topics(TopicCollection(names), request_timeout=REQUEST_TIMEOUT_S)
+    descriptions = admin.describe_topics(
+        TopicCollection(names), request_timeout=ADMIN_REQUEST_TIMEOUT_S
+    )
     resources = [ConfigResource(ResourceType.TOPIC, name) for name in names]
-    config_futures = admin.describe_configs(resources, request_timeout=REQUEST_TIMEOUT_S)
+    config_futures = admin.describe_configs(resources, request_timeout=ADMIN_REQUEST_TIMEOUT_S)
     configs_by_topic = {resource.name: future for resource, future in config_futures.items()}
     for name in names:
         future = descriptions[name]
         future.exception()
-        if _error_code(future) == KafkaError.UNKNOWN_TOPIC_OR_PART:
+        if admin_error_code(future) == KafkaError.UNKNOWN_TOPIC_OR_PART:
             raise CliError(f"topic {name!r} does not exist")
-        description = _result(future, f"cannot describe topic {name!r}")
-        entries = _result(configs_by_topic[name], f"cannot describe configs of topic {name!r}")
+        description = admin_result(future, f"cannot describe topic {name!r}")
+        entries = admin_result(configs_by_topic[name], f"cannot describe configs of topic {name!r}")
         _print_description(description, _overridden(entries))
     return 0
 
@@ -210,26 +172,26 @@ def _print_description(description: Any, configs: list[str]) -> None:
 
 def run_delete(args: argparse.Namespace) -> int:
     """DeleteTopics; exit 1 if there is no such topic, unless --if-exists."""
-    admin, _ = _connect(args)
-    future = admin.delete_topics([args.topic], request_timeout=REQUEST_TIMEOUT_S)[args.topic]
+    admin, _ = connect_admin(args)
+    future = admin.delete_topics([args.topic], request_timeout=ADMIN_REQUEST_TIMEOUT_S)[args.topic]
     future.exception()
-    if _error_code(future) == KafkaError.UNKNOWN_TOPIC_OR_PART:
+    if admin_error_code(future) == KafkaError.UNKNOWN_TOPIC_OR_PART:
         if args.if_exists:
             return 0
         raise CliError(f"topic {args.topic!r} does not exist")
-    _result(future, f"cannot delete topic {args.topic!r}")
+    admin_result(future, f"cannot delete topic {args.topic!r}")
     print(f"Deleted topic {args.topic}.")
     return 0
 
 
 def run_alter(args: argparse.Namespace) -> int:
     """CreatePartitions: grow the topic to --partitions (Kafka cannot shrink a topic)."""
-    admin, _ = _connect(args)
+    admin, _ = connect_admin(args)
     request = NewPartitions(args.topic, args.partitions)
-    future = admin.create_partitions([request], request_timeout=REQUEST_TIMEOUT_S)[args.topic]
+    future = admin.create_partitions([request], request_timeout=ADMIN_REQUEST_TIMEOUT_S)[args.topic]
     future.exception()
-    if _error_code(future) == KafkaError.UNKNOWN_TOPIC_OR_PART:
+    if admin_error_code(future) == KafkaError.UNKNOWN_TOPIC_OR_PART:
         raise CliError(f"topic {args.topic!r} does not exist")
-    _result(future, f"cannot change the partitions of topic {args.topic!r}")
+    admin_result(future, f"cannot change the partitions of topic {args.topic!r}")
     print(f"Topic {args.topic} now has {args.partitions} partitions.")
     return 0
