@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import datetime
+import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 
+from confluent_kafka import Consumer, Producer
 from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
 from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest
 from kio.schema.errors import ErrorCode
 
 from riverbed.broker import Broker
 from tests.broker.wire import WireClient
-from tests.conftest import create_topic
+from tests.conftest import create_topic, start_broker_process
 
 HEARTBEAT, DESCRIBE = 68, 69
 
@@ -75,3 +79,115 @@ def test_heartbeat_and_describe_on_the_wire(tmp_path: Path) -> None:
                 ),
             )
             assert left.error_code == ErrorCode.none and left.member_epoch == -1
+
+
+# -- librdkafka with group.protocol=consumer -------------------------------------------------
+
+FAST = (
+    "--set",
+    "group.consumer.heartbeat.interval.ms=300",
+    "--set",
+    "group.consumer.session.timeout.ms=3000",
+)
+
+
+def consumer(bootstrap: str, group: str, **extra: str) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            **extra,
+        }
+    )
+
+
+def produce(bootstrap: str, topic: str, count: int, *, start: int = 0) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(start, start + count):
+        producer.produce(topic, key=str(i).encode(), value=str(i).encode())
+    assert producer.flush(30) == 0
+
+
+def poll_until(
+    consumers: list[Consumer], seen: dict[str, list[int]], *, want: int, timeout_s: float = 30
+) -> None:
+    """Poll each consumer in turn, committing what it read, until ``want`` records arrived."""
+    deadline = time.monotonic() + timeout_s
+    while sum(len(v) for v in seen.values()) < want and time.monotonic() < deadline:
+        for c in consumers:
+            message = c.poll(0.05)
+            if message is None or message.error() is not None:
+                continue
+            seen.setdefault(c.memberid() or "", []).append(int(message.value()))
+            c.commit(message=message, asynchronous=False)
+
+
+def test_two_consumers_split_a_topic_then_one_takes_over(tmp_path: Path) -> None:
+    broker = start_broker_process(tmp_path / "data", extra_args=FAST)
+    try:
+        bootstrap = broker.bootstrap
+        create_topic(bootstrap, "clicks", partitions=6)
+        produce(bootstrap, "clicks", 600)
+        a, b = consumer(bootstrap, "split"), consumer(bootstrap, "split")
+        a.subscribe(["clicks"])
+        b.subscribe(["clicks"])
+        seen: dict[str, list[int]] = {}
+        poll_until([a, b], seen, want=600)
+        every = sorted(v for values in seen.values() for v in values)
+        assert every == list(range(600)), "every record exactly once"
+        assert len(a.assignment()) + len(b.assignment()) == 6
+        assert len(a.assignment()) == 3, "the server-side assignor splits 6 partitions 3/3"
+
+        b.close()  # leaves with epoch -1: a takes every partition from the committed offsets
+        produce(bootstrap, "clicks", 300, start=600)
+        more: dict[str, list[int]] = {}
+        poll_until([a], more, want=300)
+        assert sorted(v for values in more.values() for v in values) == list(range(600, 900))
+        assert len(a.assignment()) == 6
+        a.close()
+    finally:
+        broker.kill()
+
+
+def test_session_timeout_removes_a_killed_member(tmp_path: Path) -> None:
+    broker = start_broker_process(tmp_path / "data", extra_args=FAST)
+    try:
+        bootstrap = broker.bootstrap
+        create_topic(bootstrap, "views", partitions=4)
+        produce(bootstrap, "views", 40)
+        script = (
+            "import sys, time, confluent_kafka as ck\n"
+            "c = ck.Consumer({'bootstrap.servers': sys.argv[1], 'group.id': 'crash',"
+            " 'group.protocol': 'consumer', 'auto.offset.reset': 'earliest'})\n"
+            "c.subscribe(['views'])\n"
+            "while True:\n"
+            "    c.poll(0.1)\n"
+            "    if c.assignment(): print('assigned', flush=True)\n"
+        )
+        doomed = subprocess.Popen(
+            [sys.executable, "-c", script, bootstrap], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert doomed.stdout is not None and doomed.stdout.readline() == "assigned\n"
+            survivor = consumer(bootstrap, "crash")
+            survivor.subscribe(["views"])
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and len(survivor.assignment()) != 2:
+                survivor.poll(0.1)
+            assert len(survivor.assignment()) == 2
+        finally:
+            doomed.kill()  # no leave heartbeat: only the 3 s session timeout can remove it
+            doomed.wait()
+            assert doomed.stdout is not None
+            doomed.stdout.close()
+        started = time.monotonic()
+        while time.monotonic() - started < 15 and len(survivor.assignment()) != 4:
+            survivor.poll(0.1)
+        assert len(survivor.assignment()) == 4
+        assert time.monotonic() - started >= 1.0, "removed by the session timeout, not at once"
+        survivor.close()
+    finally:
+        broker.kill()

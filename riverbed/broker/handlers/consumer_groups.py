@@ -28,7 +28,13 @@ from riverbed.broker.state import BrokerState
 from riverbed.log.manager import LogManager
 from riverbed.protocol import ErrorCode, Request
 
-__all__ = ["consumer_groups_for", "describe", "heartbeat", "set_classic_group_check"]
+__all__ = [
+    "commit_error",
+    "consumer_groups_for",
+    "describe",
+    "heartbeat",
+    "set_classic_group_check",
+]
 
 log = logging.getLogger(__name__)
 
@@ -274,3 +280,22 @@ async def describe(state: BrokerState, request: Request) -> dict[str, Any]:
             }
         )
     return {"throttle_time": 0, "groups": described}
+
+
+def commit_error(
+    state: BrokerState, group_id: str, *, member_id: str, member_epoch: int
+) -> ErrorCode | None:
+    """How an OffsetCommit to ``group_id`` fares if it is a consumer-protocol group.
+
+    ``None``: it is not one (the classic coordinator decides); ``ErrorCode.none``: store the
+    offsets; else the error for every partition (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID).
+    The member epoch arrives in the commit's generation field (any OffsetCommit version).
+    """
+    groups = consumer_groups_for(state)
+    if group_id not in groups:
+        return None
+    try:
+        groups.validate_offset_commit(group_id, member_id=member_id, member_epoch=member_epoch)
+    except cp.ConsumerGroupError as e:
+        return error_code_for(e)
+    return ErrorCode.none
