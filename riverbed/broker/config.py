@@ -145,6 +145,54 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         "(riverbed's; Kafka handles one at a time per connection).",
     ),
     Setting(
+        name="group.initial.rebalance.delay.ms",
+        attribute="group_initial_rebalance_delay_ms",
+        parse=_int_in(0, _INT32_MAX),
+        doc="How long the first rebalance of an empty group waits for more members to join.",
+    ),
+    Setting(
+        name="group.min.session.timeout.ms",
+        attribute="group_min_session_timeout_ms",
+        parse=_int_in(0, _INT32_MAX),
+        doc="Smallest session timeout a group member may ask for.",
+    ),
+    Setting(
+        name="group.max.session.timeout.ms",
+        attribute="group_max_session_timeout_ms",
+        parse=_int_in(0, _INT32_MAX),
+        doc="Largest session timeout a group member may ask for.",
+    ),
+    Setting(
+        name="group.max.size",
+        attribute="group_max_size",
+        parse=_int_in(1, _INT32_MAX),
+        doc="Most members a classic group may have.",
+    ),
+    Setting(
+        name="offsets.retention.minutes",
+        attribute="offsets_retention_minutes",
+        parse=_int_in(1, _INT32_MAX),
+        doc="Committed offsets of a group that has been empty this long are deleted.",
+    ),
+    Setting(
+        name="offsets.retention.check.interval.ms",
+        attribute="offsets_retention_check_interval_ms",
+        parse=_int_in(1, 2**63 - 1),
+        doc="How often offsets are checked for expiry.",
+    ),
+    Setting(
+        name="offsets.topic.num.partitions",
+        attribute="offsets_topic_num_partitions",
+        parse=_int_in(1, 10_000),
+        doc="Partitions of __consumer_offsets (only when it is created).",
+    ),
+    Setting(
+        name="offsets.topic.segment.bytes",
+        attribute="offsets_topic_segment_bytes",
+        parse=_int_in(1024, _INT32_MAX),
+        doc="Segment size of __consumer_offsets (only when it is created).",
+    ),
+    Setting(
         name="group.consumer.session.timeout.ms",
         attribute="group_consumer_session_timeout_ms",
         parse=_int_in(1, _INT32_MAX),
@@ -181,6 +229,14 @@ class BrokerConfig:
     # Kafka's queued.max.requests is 500 for the whole broker; per connection, librdkafka and
     # the Java client keep at most 5 requests in flight, so 16 never throttles a real client.
     max_in_flight_per_connection: int = 16
+    group_initial_rebalance_delay_ms: int = 3000  # Kafka default: 3 seconds.
+    group_min_session_timeout_ms: int = 6000  # Kafka default: 6 seconds.
+    group_max_session_timeout_ms: int = 1_800_000  # Kafka default: 30 minutes.
+    group_max_size: int = _INT32_MAX  # Kafka default: Integer.MAX_VALUE (no limit).
+    offsets_retention_minutes: int = 10080  # Kafka default: 7 days.
+    offsets_retention_check_interval_ms: int = 600_000  # Kafka default: 10 minutes.
+    offsets_topic_num_partitions: int = 50  # Kafka default.
+    offsets_topic_segment_bytes: int = 104_857_600  # Kafka default: 100 MiB.
     group_consumer_session_timeout_ms: int = 45_000  # Kafka default (KIP-848).
     group_consumer_heartbeat_interval_ms: int = 5_000  # Kafka default (KIP-848).
     group_consumer_max_size: int = _INT32_MAX  # Kafka default: unlimited.

@@ -26,7 +26,7 @@ import logging
 from typing import Any
 
 from riverbed.broker.dispatch import HANDLERS
-from riverbed.broker.state import BrokerState
+from riverbed.broker.state import CLIENT_HOST, BrokerState
 from riverbed.log.file_records import FileRecords
 from riverbed.protocol import (
     ApiKey,
@@ -75,6 +75,8 @@ class Connection:
 
     async def serve(self) -> None:
         """Serve until the client closes, misbehaves, idles out, or the task is cancelled."""
+        peer = self._writer.get_extra_info("peername")
+        CLIENT_HOST.set(f"/{peer[0]}" if isinstance(peer, tuple) else "")  # Kafka's form
         responder = asyncio.create_task(self._respond())
         try:
             await self._read_requests()

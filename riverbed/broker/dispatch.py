@@ -7,6 +7,8 @@ from types import MappingProxyType
 from typing import Any
 
 from riverbed.broker.handlers import cluster, fetch, list_offsets, metadata, produce, producers
+from riverbed.broker.handlers import groups as group_handlers
+from riverbed.broker.handlers import offsets as offset_handlers
 from riverbed.broker.handlers import consumer_groups as consumer_protocol
 from riverbed.broker.handlers import topics as topic_admin
 from riverbed.broker.state import BrokerState
@@ -34,6 +36,17 @@ HANDLERS: Mapping[ApiKey, Handler] = MappingProxyType(
         ApiKey.INIT_PRODUCER_ID: producers.handle,
         ApiKey.DESCRIBE_CONFIGS: cluster.describe_configs,
         ApiKey.DESCRIBE_CLUSTER: cluster.describe_cluster,
+        ApiKey.FIND_COORDINATOR: group_handlers.find_coordinator,
+        ApiKey.JOIN_GROUP: group_handlers.join_group,
+        ApiKey.SYNC_GROUP: group_handlers.sync_group,
+        ApiKey.HEARTBEAT: group_handlers.heartbeat,
+        ApiKey.LEAVE_GROUP: group_handlers.leave_group,
+        ApiKey.LIST_GROUPS: group_handlers.list_groups,
+        ApiKey.DESCRIBE_GROUPS: group_handlers.describe_groups,
+        ApiKey.DELETE_GROUPS: group_handlers.delete_groups,
+        ApiKey.OFFSET_COMMIT: offset_handlers.offset_commit,
+        ApiKey.OFFSET_FETCH: offset_handlers.offset_fetch,
+        ApiKey.OFFSET_DELETE: offset_handlers.offset_delete,
         ApiKey.CONSUMER_GROUP_HEARTBEAT: consumer_protocol.heartbeat,
         ApiKey.CONSUMER_GROUP_DESCRIBE: consumer_protocol.describe,
     }

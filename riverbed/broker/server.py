@@ -29,6 +29,9 @@ from typing import IO
 from riverbed.broker.config import BrokerConfig, ConfigError, parse_properties
 from riverbed.broker.connection import Connection
 from riverbed.broker.flusher import GroupFlusher
+from riverbed.broker.groups.coordinator import GroupCoordinator, GroupSettings
+from riverbed.broker.groups.offsets import OffsetStore
+from riverbed.broker.groups.timers import LoopTimers
 from riverbed.broker.purgatory import FetchPurgatory
 from riverbed.broker.state import BrokerState
 from riverbed.log.errors import LogError
@@ -100,6 +103,7 @@ class BrokerServer:
         self._state: BrokerState | None = None
         self._lock: IO[bytes] | None = None
         self._checkpointer: asyncio.Task[None] | None = None
+        self._groups_loader: asyncio.Task[None] | None = None
         self.port = 0
 
     async def start(self) -> None:
@@ -133,16 +137,19 @@ class BrokerServer:
             self._lock = None
             raise
         self.port = self._server.sockets[0].getsockname()[1]
+        flusher = GroupFlusher()
         self._state = BrokerState(
             config=self.config,
             logs=logs,
-            flusher=GroupFlusher(),
+            flusher=flusher,
             purgatory=FetchPurgatory(),
             cluster_id=cluster_id,
             advertised=self.config.advertised_listener(bound_port=self.port),
             clock=self._clock,
+            groups=self._group_coordinator(logs, flusher),
         )
         self._checkpointer = asyncio.create_task(self._checkpoint_periodically(logs))
+        self._groups_loader = asyncio.create_task(self._load_groups(self._state.groups))
         log.info(
             "listening on %s:%d (cluster %s, node %d, data %s)",
             self.config.listen.host,
@@ -150,6 +157,41 @@ class BrokerServer:
             cluster_id,
             self.config.node_id,
             data_dir,
+        )
+
+    def _group_coordinator(self, logs: LogManager, flusher: GroupFlusher) -> GroupCoordinator:
+        config = self.config
+        store = OffsetStore(
+            logs,
+            flush=flusher.flushed,
+            clock=self._clock,
+            partitions=config.offsets_topic_num_partitions,
+            segment_bytes=config.offsets_topic_segment_bytes,
+        )
+        settings = GroupSettings(
+            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            min_session_timeout_ms=config.group_min_session_timeout_ms,
+            max_session_timeout_ms=config.group_max_session_timeout_ms,
+            max_size=config.group_max_size,
+            offsets_retention_ms=config.offsets_retention_minutes * 60_000,
+            offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
+        )
+        return GroupCoordinator(settings=settings, store=store, timers=LoopTimers(self._clock))
+
+    async def _load_groups(self, groups: GroupCoordinator) -> None:
+        """Read ``__consumer_offsets`` in a worker thread while the broker already serves;
+        group requests answer COORDINATOR_LOAD_IN_PROGRESS until it is done."""
+        started = time.monotonic()
+        try:
+            await asyncio.to_thread(groups.store.load)
+        except (LogError, OSError) as e:
+            log.error("cannot load committed offsets: %s; group requests will be refused", e)
+            return
+        groups.finish_loading()
+        log.info(
+            "loaded %d groups' offsets in %.0f ms",
+            len(groups.store.group_ids()),
+            (time.monotonic() - started) * 1000,
         )
 
     async def _checkpoint_periodically(self, logs: LogManager) -> None:
@@ -197,7 +239,12 @@ class BrokerServer:
             if not self._connections:
                 break
             await asyncio.sleep(0.01)
+        if self._groups_loader is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._groups_loader  # a load thread cannot be interrupted
+            self._groups_loader = None
         if state is not None:
+            await state.groups.close()
             state.purgatory.notify_all()
             await state.flusher.close()
             await asyncio.to_thread(state.logs.close)

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from riverbed.broker.config import BrokerConfig, Listener
 from riverbed.broker.flusher import GroupFlusher
+from riverbed.broker.groups.coordinator import GroupCoordinator
 from riverbed.broker.purgatory import FetchPurgatory
 from riverbed.log.manager import LogManager
 
-__all__ = ["BrokerState"]
+__all__ = ["CLIENT_HOST", "BrokerState"]
+
+CLIENT_HOST: ContextVar[str] = ContextVar("client_host", default="")
+"""The address of the client whose request is being handled (set per connection; Kafka
+reports it as ``client_host`` in DescribeGroups)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -25,3 +31,5 @@ class BrokerState:
     advertised: Listener
     clock: Callable[[], int]
     """Wall-clock milliseconds since the epoch (passed in so tests can control it)."""
+    groups: GroupCoordinator
+    """Classic consumer groups and their committed offsets (``riverbed.broker.groups``)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from riverbed.broker.errors import error_code_for
+from riverbed.broker.handlers.offsets import is_internal
 from riverbed.broker.state import BrokerState
 from riverbed.log.errors import LogError
 from riverbed.log.manager import TopicMetadata
@@ -31,7 +32,7 @@ def topic_entry(state: BrokerState, topic: TopicMetadata) -> dict[str, Any]:
         "error_code": ErrorCode.none,
         "name": topic.name,
         "topic_id": topic.topic_id,
-        "is_internal": False,
+        "is_internal": is_internal(topic.name),
         "partitions": [
             {
                 "error_code": ErrorCode.none,

@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from riverbed.broker.errors import error_code_for
+from riverbed.broker.handlers.offsets import is_internal
 from riverbed.broker.state import BrokerState
 from riverbed.log.errors import LogError
 from riverbed.log.log import Log
@@ -76,6 +77,8 @@ def _append(
 ) -> dict[str, Any]:
     if records is None or not records:
         return _partition_result(index, ErrorCode.corrupt_message, "no record batch")
+    if is_internal(topic):  # Kafka: "Cannot append to internal topic"
+        return _partition_result(index, ErrorCode.invalid_topic_exception, "internal topic")
     try:
         partition_log = state.logs.log(topic, index)
         appended = partition_log.append(records)

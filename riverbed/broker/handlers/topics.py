@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from riverbed.broker.errors import error_code_for
+from riverbed.broker.handlers.offsets import is_internal
 from riverbed.broker.state import BrokerState
 from riverbed.log.config import LogConfig
 from riverbed.log.errors import InvalidPartitionsError, LogError
@@ -138,6 +139,13 @@ async def delete_topics(state: BrokerState, request: Request) -> dict[str, Any]:
             result["name"] = name
         if name in topics:
             result["topic_id"] = topics[name].topic_id
+        if is_internal(name):
+            result.update(
+                error_code=ErrorCode.invalid_topic_exception,
+                error_message="internal topics cannot be deleted",
+            )
+            results.append(result)
+            continue
         try:
             state.logs.delete_topic(name)
         except (LogError, OSError) as e:

@@ -1,0 +1,257 @@
+"""Committed offsets (and group records), durable in the internal topic ``__consumer_offsets``.
+
+The log is the store: every change is one record appended to the partition of the group
+(:func:`~riverbed.broker.groups.records.partition_for`) and fsynced before the caller is
+told it happened — a commit is acknowledged with ``acks=all`` semantics. The in-memory maps
+are a cache of the log's last record per key, rebuilt at start-up by :meth:`OffsetStore.load`
+(one linear read of every partition). Record format: :mod:`riverbed.broker.groups.records`.
+
+The topic is created on first write with ``offsets.topic.num.partitions`` partitions and
+``cleanup.policy=compact`` (compaction itself is issue 5). If it already exists, its real
+partition count is used, so a changed setting never moves a group's records.
+
+Ordering: two writes of one key may wait for their fsyncs concurrently; each remembers the
+log offset of its record and the cache takes a value only if it is newer than the one it
+holds, so the cache always equals the log's last record per key.
+
+After a crash: what was acknowledged was fsynced, so it is in the log and is loaded; an
+unacknowledged tail may or may not survive (the log's recovery decides), as in Kafka.
+
+Threads: :meth:`load` may run in a worker thread before anything else touches the store;
+every other method runs on the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from riverbed.broker.groups.records import (
+    GroupKey,
+    OffsetKey,
+    OffsetValue,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+    encode_group_value,
+    encode_key,
+    encode_offset_value,
+    partition_for,
+)
+from riverbed.log.batch import iter_batches
+from riverbed.log.errors import LogError
+from riverbed.log.log import Log
+from riverbed.log.manager import LogManager
+from riverbed.log.records import SimpleRecord, build_batch, decode_records
+
+__all__ = ["OFFSETS_TOPIC", "OffsetStore", "OffsetValue", "TopicPartition"]
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+"""Kafka's name for the internal topic of committed offsets and group metadata."""
+READ_CHUNK_BYTES = 1 << 20
+
+TopicPartition = tuple[str, int]
+Flush = Callable[[Iterable[Log]], Awaitable[None]]
+"""Returns once everything appended to the logs is fsynced (the broker's GroupFlusher)."""
+
+
+@dataclass(slots=True)
+class _Entry:
+    value: OffsetValue
+    log_offset: int
+
+
+class OffsetStore:
+    """Committed offsets per group, and one opaque metadata record per group.
+
+    Construct, call :meth:`load` once (in a thread if you like), then use from the loop.
+    Write methods raise ``LogError`` or ``OSError`` if the record could not be appended
+    or fsynced (the caller answers with the matching Kafka error); the cache is then
+    unchanged.
+    """
+
+    def __init__(
+        self,
+        logs: LogManager,
+        *,
+        flush: Flush,
+        clock: Callable[[], int],
+        partitions: int,
+        segment_bytes: int,
+    ) -> None:
+        self._logs = logs
+        self._flush = flush
+        self._clock = clock
+        self._partitions = partitions
+        self._segment_bytes = segment_bytes
+        self._offsets: dict[str, dict[TopicPartition, _Entry]] = {}
+        self._groups: dict[str, tuple[dict[str, Any], int]] = {}
+        self.loaded = False
+
+    # --- start-up ---------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Replay ``__consumer_offsets`` into the cache (one read of every partition).
+
+        A record that does not decode is logged and skipped (it cannot be ours, or is from
+        a later version); it never stops the broker.
+        """
+        topic = self._logs.topics().get(OFFSETS_TOPIC)
+        if topic is not None:
+            self._partitions = topic.partitions
+            for partition in range(topic.partitions):
+                self._load_partition(self._logs.log(OFFSETS_TOPIC, partition))
+        self.loaded = True
+
+    def _load_partition(self, partition_log: Log) -> None:
+        offset = partition_log.log_start_offset
+        end = partition_log.high_watermark
+        while offset < end:
+            chunk = partition_log.read(offset, max_bytes=READ_CHUNK_BYTES)
+            if not chunk:
+                break
+            for position, header in iter_batches(chunk):
+                offset = header.last_offset + 1
+                if header.is_control:
+                    continue
+                batch = memoryview(chunk)[position : position + header.size]
+                for record in decode_records(batch):
+                    if record.key is None:
+                        continue
+                    try:
+                        self._apply(record.key, record.value, log_offset=record.offset)
+                    except (ValueError, KeyError, TypeError) as e:
+                        log.warning(
+                            "%s offset %d: skipping record: %s", OFFSETS_TOPIC, record.offset, e
+                        )
+
+    def _apply(self, key_bytes: bytes, value: bytes | None, *, log_offset: int) -> None:
+        key = decode_key(key_bytes)
+        if isinstance(key, OffsetKey):
+            tp = (key.topic, key.partition)
+            group = self._offsets.setdefault(key.group, {})
+            if value is None:
+                current = group.get(tp)
+                if current is not None and current.log_offset < log_offset:
+                    del group[tp]
+                if not group:
+                    del self._offsets[key.group]
+            else:
+                decoded = decode_offset_value(value)
+                current = group.get(tp)
+                if current is None or current.log_offset < log_offset:
+                    group[tp] = _Entry(decoded, log_offset)
+        elif isinstance(key, GroupKey):
+            held = self._groups.get(key.group)
+            if held is not None and held[1] > log_offset:
+                return
+            if value is None:
+                self._groups.pop(key.group, None)
+            else:
+                self._groups[key.group] = (decode_group_value(value), log_offset)
+
+    # --- reads ------------------------------------------------------------------------------
+
+    def fetch(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, OffsetValue]:
+        """The committed offsets of ``partitions`` that have one (all of them if None)."""
+        committed = self._offsets.get(group_id, {})
+        if partitions is None:
+            return {tp: entry.value for tp, entry in committed.items()}
+        return {tp: committed[tp].value for tp in partitions if tp in committed}
+
+    def has_offsets(self, group_id: str) -> bool:
+        return bool(self._offsets.get(group_id))
+
+    def group_ids(self) -> set[str]:
+        """Every group with committed offsets or a group record."""
+        return set(self._offsets) | set(self._groups)
+
+    def group_record(self, group_id: str) -> dict[str, Any] | None:
+        """The last record written with :meth:`write_group` (None if none, or deleted)."""
+        held = self._groups.get(group_id)
+        return None if held is None else held[0]
+
+    def partition_of(self, group_id: str) -> int:
+        return partition_for(group_id, partitions=self._partitions)
+
+    # --- writes -----------------------------------------------------------------------------
+
+    async def commit(self, group_id: str, offsets: Mapping[TopicPartition, OffsetValue]) -> None:
+        """Store ``offsets`` durably (one record each, one batch, one fsync), then cache them."""
+        if not offsets:
+            return
+        now = self._clock()
+        records = []
+        for (topic, partition), value in offsets.items():
+            if value.commit_timestamp_ms < 0:
+                value = OffsetValue(
+                    offset=value.offset,
+                    leader_epoch=value.leader_epoch,
+                    metadata=value.metadata,
+                    commit_timestamp_ms=now,
+                )
+            key = OffsetKey(group=group_id, topic=topic, partition=partition)
+            records.append((encode_key(key), encode_offset_value(value)))
+        await self._write(group_id, records)
+
+    async def delete_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> None:
+        """Write tombstones for the committed offsets of ``partitions`` that exist."""
+        committed = self._offsets.get(group_id, {})
+        records: list[tuple[bytes, bytes | None]] = [
+            (encode_key(OffsetKey(group=group_id, topic=t, partition=p)), None)
+            for t, p in partitions
+            if (t, p) in committed
+        ]
+        await self._write(group_id, records)
+
+    async def write_group(self, group_id: str, value: Mapping[str, Any]) -> None:
+        """Store the group's metadata record (any JSON object; the last one wins)."""
+        key = encode_key(GroupKey(group=group_id))
+        await self._write(group_id, [(key, encode_group_value(dict(value)))])
+
+    async def delete_group(self, group_id: str) -> None:
+        """Tombstones for every offset of the group and for its group record."""
+        records: list[tuple[bytes, bytes | None]] = [
+            (encode_key(OffsetKey(group=group_id, topic=t, partition=p)), None)
+            for t, p in self._offsets.get(group_id, {})
+        ]
+        if group_id in self._groups:
+            records.append((encode_key(GroupKey(group=group_id)), None))
+        await self._write(group_id, records)
+
+    async def _write(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+        if not records:
+            return
+        partition_log = self._partition_log(group_id)
+        now = self._clock()
+        batch = build_batch(
+            [SimpleRecord(key=k, value=v, timestamp_ms=now) for k, v in records],
+            base_timestamp=now,
+        )
+        appended = partition_log.append(batch)
+        await self._flush([partition_log])
+        for delta, (key, value) in enumerate(records):
+            self._apply(key, value, log_offset=appended.base_offset + delta)
+
+    def _partition_log(self, group_id: str) -> Log:
+        if OFFSETS_TOPIC not in self._logs.topics():
+            try:
+                self._logs.create_topic(
+                    OFFSETS_TOPIC,
+                    partitions=self._partitions,
+                    configs={
+                        "cleanup.policy": "compact",
+                        "segment.bytes": str(self._segment_bytes),
+                    },
+                )
+            except LogError:
+                if OFFSETS_TOPIC not in self._logs.topics():
+                    raise
+        self._partitions = self._logs.topics()[OFFSETS_TOPIC].partitions
+        return self._logs.log(OFFSETS_TOPIC, self.partition_of(group_id))
