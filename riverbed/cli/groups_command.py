@@ -283,7 +283,7 @@ def _assigned(member: Any) -> list[Partition]:
 
 def _member_row(group: str, member: Any, *, verbose: bool) -> list[object]:
     assigned = _assigned(member)
-    row: list[object] = [group, member.member_id, member.host, member.client_id, len(assigned)]
+    row: list[object] = [group, *_who(member), len(assigned)]
     if verbose:
         by_topic: dict[str, list[str]] = {}
         for topic, partition in assigned:
@@ -303,13 +303,17 @@ def _offset_rows(admin: AdminClient, group: str, description: Any) -> list[list[
         current, end = committed.get(tp), log_end.get(tp)
         lag = end - current if current is not None and end is not None else "-"
         member = owner.get(tp)
-        who = [member.member_id, member.host, member.client_id] if member else ["-", "-", "-"]
+        who = _who(member) if member else ["-", "-", "-"]
         rows.append([group, tp[0], tp[1], _dash(current), _dash(end), lag, *who])
     for member in description.members:
         if not _assigned(member):
-            rows.append([group, "-", "-", "-", "-", "-",
-                         member.member_id, member.host, member.client_id])  # fmt: skip
+            rows.append([group, "-", "-", "-", "-", "-", *_who(member)])
     return rows
+
+
+def _who(member: Any) -> list[str]:
+    """CONSUMER-ID, HOST, CLIENT-ID; ``-`` for one the broker left empty (KIP-848 hosts)."""
+    return [member.member_id or "-", member.host or "-", member.client_id or "-"]
 
 
 def _dash(value: int | None) -> object:
