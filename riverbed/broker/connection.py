@@ -170,6 +170,8 @@ class Connection:
                     _release(answer)
 
     async def _write(self, parts: Parts) -> None:
+        if self._writer.transport.is_closing():
+            return  # the client went away while its request ran: nothing to answer
         loop = asyncio.get_running_loop()
         buffered: list[Any] = []
         for part in parts:

@@ -7,9 +7,9 @@ from types import MappingProxyType
 from typing import Any
 
 from riverbed.broker.handlers import cluster, fetch, list_offsets, metadata, produce, producers
+from riverbed.broker.handlers import consumer_groups as consumer_protocol
 from riverbed.broker.handlers import groups as group_handlers
 from riverbed.broker.handlers import offsets as offset_handlers
-from riverbed.broker.handlers import consumer_groups as consumer_protocol
 from riverbed.broker.handlers import topics as topic_admin
 from riverbed.broker.state import BrokerState
 from riverbed.protocol import ApiKey, Request, api_versions_body
