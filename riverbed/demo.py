@@ -4,7 +4,8 @@ Starts a broker in this process (the embedded default) on a free port with its d
 ``data/demo`` (kept afterwards, to look at), then with confluent-kafka, the client every
 riverbed component uses: creates a topic of 3 partitions, produces a clickstream of JSON
 events keyed by user, reads it back, and shows the per-partition offsets, per-key order,
-throughput and the files on disk. Later issues extend it (CDC, pipelines, ...).
+throughput; then two consumers share the topic in a consumer group, and after more events
+arrive the demo shows the group's lag; last, the files on disk. Later issues extend it.
 """
 
 from __future__ import annotations
@@ -13,16 +14,24 @@ import argparse
 import json
 import random
 import shutil
+import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from riverbed.broker import Broker
 
 TOPIC = "clicks"
+GROUP = "click-readers"
 PARTITIONS = 3
 PAGES = ("/home", "/search", "/product/42", "/cart", "/checkout")
 
@@ -47,6 +56,104 @@ def _events(count: int, *, seed: int) -> list[tuple[str, dict[str, object]]]:
     return events
 
 
+class GroupReader:
+    """One member of a consumer group, reading on its own thread and committing as it goes."""
+
+    def __init__(self, bootstrap: str, name: str) -> None:
+        self.name = name
+        self.partitions: set[int] = set()
+        self.seen: list[tuple[int, int]] = []
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": GROUP,
+                "client.id": name,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+            }
+        )
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name)
+
+    def start(self) -> None:
+        self._consumer.subscribe([TOPIC], on_assign=self._on_assign, on_revoke=self._on_revoke)
+        self._thread.start()
+
+    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.partitions |= {p.partition for p in partitions}
+
+    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.partitions -= {p.partition for p in partitions}
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            batch = self._consumer.consume(num_messages=5_000, timeout=0.1)
+            records = [m for m in batch if m.error() is None]
+            if records:
+                self.seen.extend((m.partition(), m.offset()) for m in records)
+                self._consumer.commit(asynchronous=False)  # at least once: after processing
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._consumer.close()  # leaves the group
+
+
+def _share_in_a_group(bootstrap: str, *, total: int, producer: Producer) -> None:
+    _section(f"two consumers share {TOPIC!r} in consumer group {GROUP!r}")
+    readers = [GroupReader(bootstrap, name) for name in ("reader-1", "reader-2")]
+    for reader in readers:
+        reader.start()
+    deadline = time.monotonic() + 60
+    while sum(len(r.seen) for r in readers) < total and time.monotonic() < deadline:
+        time.sleep(0.05)
+    seen = [position for reader in readers for position in reader.seen]
+    for reader in readers:
+        print(
+            f"  {reader.name}: partitions {sorted(reader.partitions)}, "
+            f"read {len(reader.seen):,} events"
+        )
+    print(f"together {len(seen):,} of {total:,} events, each read once: {len(set(seen)) == total}")
+    for reader in readers:
+        reader.close()
+
+    more = 1_000
+    for i in range(more):
+        producer.produce(TOPIC, key=f"u{i % 50:03d}", value=json.dumps({"late": i}))
+    producer.flush(30)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    request = [ConsumerGroupTopicPartitions(GROUP)]
+    committed = admin.list_consumer_group_offsets(request)[GROUP].result(30)
+    watermarks = Consumer({"bootstrap.servers": bootstrap, "group.id": "demo-watermarks"})
+    print(f"after {more:,} more events, the group's lag (both readers have left):")
+    for position in sorted(committed.topic_partitions, key=lambda tp: tp.partition):
+        _, end = watermarks.get_watermark_offsets(position, timeout=10)
+        print(
+            f"  partition {position.partition}: committed {position.offset:,}, "
+            f"log end {end:,}, lag {end - position.offset:,}"
+        )
+    watermarks.close()
+
+
+def _show_data_dir(data_dir: Path) -> None:
+    """The broker's files, with the 50 partitions of __consumer_offsets summed up."""
+    internal: list[Path] = []
+    for path in sorted(data_dir.iterdir()):
+        if path.is_dir() and path.name.startswith("__consumer_offsets-"):
+            internal.append(path)
+        elif path.is_dir():
+            names = ", ".join(f"{f.name} ({f.stat().st_size:,} B)" for f in sorted(path.iterdir()))
+            print(f"  {path.name}/: {names}")
+        else:
+            print(f"  {path.name} ({path.stat().st_size:,} B)")
+    if internal:
+        stored = sum(f.stat().st_size for d in internal for f in d.glob("*.log"))
+        print(
+            f"  __consumer_offsets-0..{len(internal) - 1}/: committed offsets, "
+            f"{stored:,} B of record batches in all"
+        )
+
+
 def _section(title: str) -> None:
     print(f"\n== {title}")
 
@@ -55,7 +162,10 @@ def run(data_dir: Path, *, count: int) -> None:
     if data_dir.exists():
         shutil.rmtree(data_dir)
     _section("broker")
-    with Broker(data_dir, listen="127.0.0.1:0") as broker:
+    # Both readers of the group section join within the initial rebalance delay, so the
+    # group starts with both (Kafka's default delay is 3 s; 1 s keeps the demo brisk).
+    config = {"group.initial.rebalance.delay.ms": "1000"}
+    with Broker(data_dir, listen="127.0.0.1:0", config=config) as broker:
         bootstrap = broker.bootstrap_servers
         print(f"riverbed broker running in-process on {bootstrap}, data in {data_dir}")
 
@@ -133,21 +243,18 @@ def run(data_dir: Path, *, count: int) -> None:
         if first is not None:
             print(f"first record: partition {first[0]} offset {first[1]} -> {first[2]}")
 
+        _share_in_a_group(bootstrap, total=total, producer=producer)
+
     _section("on disk (Kafka's layout)")
-    files: defaultdict[str, list[str]] = defaultdict(list)
-    for path in sorted(data_dir.rglob("*")):
-        if path.is_file():
-            files[str(path.parent.relative_to(data_dir)) or "."].append(
-                f"{path.name} ({path.stat().st_size:,} B)"
-            )
-    for directory, names in files.items():
-        print(f"  {directory}/: {', '.join(names)}")
+    _show_data_dir(data_dir)
 
     _section("try it yourself")
     print("  .venv/bin/riverbed broker --data-dir data/broker   # a broker on 127.0.0.1:9092")
     print("  .venv/bin/riverbed topics create --topic clicks --partitions 3")
     print("  echo 'u1:hello' | .venv/bin/riverbed produce --topic clicks --key-separator :")
     print("  .venv/bin/riverbed consume --topic clicks --from-beginning --exit-at-end")
+    print("  .venv/bin/riverbed consume --topic clicks --group readers --from-beginning")
+    print("  .venv/bin/riverbed groups describe readers")
 
 
 def main() -> None:

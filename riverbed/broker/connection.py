@@ -166,6 +166,14 @@ class Connection:
             if answer is not None:
                 try:
                     await self._write(answer)
+                except (ConnectionError, OSError) as e:
+                    log.debug("%s: connection lost while answering: %s", self.peer, e)
+                    return
+                except RuntimeError:
+                    # loop.sendfile refuses a transport the client closed meanwhile.
+                    if not self._writer.transport.is_closing():
+                        raise
+                    return
                 finally:
                     _release(answer)
 
