@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
+from tests.broker.conftest import GROUPS_FAST
 from tests.conftest import BrokerProcess, create_topic, start_broker_process
 
-FAST = ("--set", "group.initial.rebalance.delay.ms=0")
-
-
-@pytest.fixture
-def group_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    running = start_broker_process(tmp_path / "data", extra_args=FAST)
-    try:
-        yield running
-    finally:
-        running.kill()
+FAST = GROUPS_FAST
 
 
 def produce(bootstrap: str, topic: str, count: int, *, start: int = 0, partitions: int = 6) -> None:
