@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
+from riverbed.broker import Broker
 from tests.broker.conftest import GROUPS_FAST
 from tests.conftest import BrokerProcess, create_topic, start_broker_process
 
@@ -179,3 +181,36 @@ def test_cooperative_sticky_incremental_rebalance(group_broker: BrokerProcess) -
     assert sorted(values(first[0] + second[0] + second[1])) == list(range(600))
     a.close()
     b.close()
+
+
+def test_offsets_of_an_empty_group_expire(tmp_path: Path) -> None:
+    """A broker in-process with a clock the test moves: retention 1 minute, checked every
+    50 ms of that clock's time (the check's timer runs on the event loop)."""
+    offset_ms = [0]
+
+    def clock() -> int:
+        return time.time_ns() // 1_000_000 + offset_ms[0]
+
+    config = {
+        "offsets.retention.minutes": "1",
+        "offsets.retention.check.interval.ms": "50",
+        "group.initial.rebalance.delay.ms": "0",
+    }
+    with Broker(tmp_path / "data", listen="127.0.0.1:0", config=config, clock=clock) as broker:
+        bootstrap = broker.bootstrap_servers
+        create_topic(bootstrap, "exp", partitions=1)
+        c = consumer(bootstrap, "expiring")
+        c.commit(offsets=[TopicPartition("exp", 0, 3)], asynchronous=False)
+        assert c.committed([TopicPartition("exp", 0)], timeout=10)[0].offset == 3
+        time.sleep(0.3)
+        assert c.committed([TopicPartition("exp", 0)], timeout=10)[0].offset == 3, "not yet"
+        offset_ms[0] = 61_000
+        deadline = time.monotonic() + 10
+        while c.committed([TopicPartition("exp", 0)], timeout=10)[0].offset == 3:
+            assert time.monotonic() < deadline, "offsets never expired"
+            time.sleep(0.05)
+        assert c.committed([TopicPartition("exp", 0)], timeout=10)[0].offset < 0
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        listed = admin.list_consumer_groups().result(timeout=10)
+        assert "expiring" not in {g.group_id for g in listed.valid}
+        c.close()

@@ -46,6 +46,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -114,6 +115,8 @@ class GroupCoordinator:
         self._groups: dict[str, ClassicGroup] = {}
         self._initial_delay: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._writing: Counter[str] = Counter()
+        """Groups with an offset commit waiting for its fsync."""
         self.loaded = False
 
     # --- lifecycle --------------------------------------------------------------------------
@@ -729,7 +732,13 @@ class GroupCoordinator:
             self._heartbeat(group, group.members[member_id])
         else:
             return E.unknown_member_id
-        await self.store.commit(group_id, offsets)
+        self._writing[group_id] += 1  # expiry must not drop the group meanwhile
+        try:
+            await self.store.commit(group_id, offsets)
+        finally:
+            self._writing[group_id] -= 1
+            if not self._writing[group_id]:
+                del self._writing[group_id]
         return E.none
 
     def fetch_offsets(
@@ -785,8 +794,15 @@ class GroupCoordinator:
         now = self._timers.now_ms()
         retention = self.settings.offsets_retention_ms
         expired_count = 0
+        for group_id in self.store.group_ids() - self._groups.keys():
+            # Offsets whose group object was dropped (cannot normally happen): adopt them.
+            self._groups[group_id] = ClassicGroup(group_id=group_id)
         for group in list(self._groups.values()):
-            if group.state is not GroupState.EMPTY or group.pending_members:
+            if (
+                group.state is not GroupState.EMPTY
+                or group.pending_members
+                or group.group_id in self._writing
+            ):
                 continue
             committed = self.store.fetch(group.group_id)
             expired = [
