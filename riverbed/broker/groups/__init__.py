@@ -1,8 +1,10 @@
 """Consumer groups: the group coordinator and the committed-offset store.
 
-- :mod:`~riverbed.broker.groups.coordinator` — :class:`GroupCoordinator`, the classic
-  protocol's state machine (JoinGroup/SyncGroup/Heartbeat/LeaveGroup), admin views, and the
-  validation of offset commits against a group;
+- :mod:`~riverbed.broker.groups.coordinator` — :class:`GroupCoordinator`, every group of the
+  broker: loading, admin views, the validation of offset commits against a group, expiry;
+- :mod:`~riverbed.broker.groups.classic_protocol` — the classic protocol's requests
+  (JoinGroup/SyncGroup/Heartbeat/LeaveGroup), on
+  :mod:`~riverbed.broker.groups.classic_rebalance`, its states, timers and member liveness;
 - :mod:`~riverbed.broker.groups.group` — one group's data and its clock-free rules;
 - :mod:`~riverbed.broker.groups.offsets` — :class:`OffsetStore`, committed offsets durable in
   ``__consumer_offsets``;

@@ -2,7 +2,7 @@
 
 This module is data plus the rules that need no clock: protocol selection and the
 validity checks of a join. The transitions themselves (and every timer) live in
-:mod:`riverbed.broker.groups.coordinator`.
+:mod:`riverbed.broker.groups.classic_rebalance`.
 
 States (Kafka's ``ClassicGroupState``, the names DescribeGroups and ListGroups report)::
 
