@@ -23,38 +23,45 @@ when :meth:`ConsumerGroups.next_deadline_ms` comes. State lives in memory only; 
 broker restart members get UNKNOWN_MEMBER_ID and rejoin (their committed offsets are in the
 offset store, not here).
 
-Errors (each the Kafka error a client expects; the broker maps them to codes)::
-
-    ConsumerGroupError
-    ├── InvalidRequestError          INVALID_REQUEST: a field missing or malformed
-    ├── InvalidRegularExpressionError INVALID_REGULAR_EXPRESSION
-    ├── UnsupportedAssignorError     UNSUPPORTED_ASSIGNOR
-    ├── GroupIdNotFoundError         GROUP_ID_NOT_FOUND: no such consumer group
-    ├── GroupMaxSizeReachedError     GROUP_MAX_SIZE_REACHED
-    ├── UnknownMemberIdError         UNKNOWN_MEMBER_ID: rejoin with epoch 0
-    ├── FencedMemberEpochError       FENCED_MEMBER_EPOCH: drop partitions, rejoin with epoch 0
-    ├── StaleMemberEpochError        STALE_MEMBER_EPOCH (offset commits)
-    ├── NonEmptyGroupError           NON_EMPTY_GROUP (DeleteGroups)
-    ├── UnreleasedInstanceIdError    UNRELEASED_INSTANCE_ID: instance id still in use
-    └── FencedInstanceIdError        FENCED_INSTANCE_ID: another process took the instance id
+Requests, answers and refusals (the :class:`ConsumerGroupError` hierarchy) are the values of
+:mod:`~riverbed.broker.groups.consumer_protocol_messages`, re-exported here.
 """
 
 from __future__ import annotations
 
 import re
-import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from riverbed.broker.groups.consumer_protocol_assignors import (
     ASSIGNORS,
     DEFAULT_ASSIGNOR,
-    Assignment,
     Assignor,
     MemberSubscription,
 )
 from riverbed.broker.groups.consumer_protocol_group import ConsumerGroup, Member
+from riverbed.broker.groups.consumer_protocol_messages import (
+    LEAVE_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    NO_REBALANCE_TIMEOUT,
+    ConsumerGroupError,
+    Expired,
+    FencedInstanceIdError,
+    FencedMemberEpochError,
+    GroupIdNotFoundError,
+    GroupMaxSizeReachedError,
+    Heartbeat,
+    HeartbeatResult,
+    InvalidRegularExpressionError,
+    InvalidRequestError,
+    NonEmptyGroupError,
+    StaleMemberEpochError,
+    TopicInfo,
+    UnknownMemberIdError,
+    UnreleasedInstanceIdError,
+    UnsupportedAssignorError,
+)
 from riverbed.broker.groups.consumer_protocol_reconcile import (
     MemberAssignment,
     MemberState,
@@ -86,101 +93,6 @@ __all__ = [
     "UnreleasedInstanceIdError",
     "UnsupportedAssignorError",
 ]
-
-LEAVE_GROUP_MEMBER_EPOCH = -1
-LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
-NO_REBALANCE_TIMEOUT = -1  # "unchanged since the last heartbeat"
-
-
-class ConsumerGroupError(Exception):
-    """A heartbeat or offset request the coordinator refuses; see the module docstring."""
-
-
-class InvalidRequestError(ConsumerGroupError):
-    pass
-
-
-class InvalidRegularExpressionError(ConsumerGroupError):
-    pass
-
-
-class UnsupportedAssignorError(ConsumerGroupError):
-    pass
-
-
-class GroupIdNotFoundError(ConsumerGroupError):
-    pass
-
-
-class GroupMaxSizeReachedError(ConsumerGroupError):
-    pass
-
-
-class UnknownMemberIdError(ConsumerGroupError):
-    pass
-
-
-class FencedMemberEpochError(ConsumerGroupError):
-    pass
-
-
-class StaleMemberEpochError(ConsumerGroupError):
-    pass
-
-
-class NonEmptyGroupError(ConsumerGroupError):
-    pass
-
-
-class UnreleasedInstanceIdError(ConsumerGroupError):
-    pass
-
-
-class FencedInstanceIdError(ConsumerGroupError):
-    pass
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TopicInfo:
-    """A topic as the coordinator sees it (from the broker's topic metadata)."""
-
-    name: str
-    topic_id: uuid.UUID
-    partitions: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Heartbeat:
-    """One ConsumerGroupHeartbeat request; ``None`` fields are "unchanged since last time"."""
-
-    group_id: str
-    member_id: str
-    member_epoch: int
-    instance_id: str | None = None
-    rack_id: str | None = None
-    rebalance_timeout_ms: int = NO_REBALANCE_TIMEOUT
-    subscribed_topic_names: Sequence[str] | None = None
-    subscribed_topic_regex: str | None = None
-    server_assignor: str | None = None
-    owned: Assignment | None = None
-    client_id: str = ""
-    client_host: str = ""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HeartbeatResult:
-    member_id: str
-    member_epoch: int
-    heartbeat_interval_ms: int
-    assignment: Assignment | None = None
-    """The member's whole current assignment, when it changed or the request was full."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Expired:
-    group_id: str
-    member_id: str
-    reason: str
 
 
 @dataclass(slots=True, kw_only=True)

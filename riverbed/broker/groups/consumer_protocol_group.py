@@ -18,7 +18,7 @@ from riverbed.broker.groups.consumer_protocol_assignors import Assignment
 from riverbed.broker.groups.consumer_protocol_reconcile import MemberAssignment
 
 if TYPE_CHECKING:
-    from riverbed.broker.groups.consumer_protocol import Heartbeat, TopicInfo
+    from riverbed.broker.groups.consumer_protocol_messages import Heartbeat, TopicInfo
 
 __all__ = ["ConsumerGroup", "ConsumerGroupState", "Member"]
 
