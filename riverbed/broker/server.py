@@ -23,12 +23,14 @@ import os
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import IO
 
 from riverbed.broker.config import BrokerConfig, ConfigError, parse_properties
 from riverbed.broker.connection import Connection
 from riverbed.broker.flusher import GroupFlusher
+from riverbed.broker.groups.consumer_protocol import ConsumerGroups, TopicInfo
 from riverbed.broker.groups.coordinator import GroupCoordinator, GroupSettings
 from riverbed.broker.groups.offsets import OffsetStore
 from riverbed.broker.groups.timers import LoopTimers
@@ -90,6 +92,16 @@ def _load_meta(data_dir: Path, *, node_id: int) -> str:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     return cluster_id
+
+
+def _subscribable_topics(logs: LogManager) -> dict[str, TopicInfo]:
+    """The topics a consumer-protocol member may subscribe to, by name. Internal topics
+    (``__consumer_offsets``, ...) are never subscribed to, not even by regex."""
+    return {
+        name: TopicInfo(name=name, topic_id=t.topic_id, partitions=t.partitions)
+        for name, t in logs.topics().items()
+        if not name.startswith("__")
+    }
 
 
 class BrokerServer:
@@ -176,7 +188,15 @@ class BrokerServer:
             offsets_retention_ms=config.offsets_retention_minutes * 60_000,
             offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
         )
-        return GroupCoordinator(settings=settings, store=store, timers=LoopTimers(self._clock))
+        consumer = ConsumerGroups(
+            topics=partial(_subscribable_topics, logs),
+            session_timeout_ms=config.group_consumer_session_timeout_ms,
+            heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+            max_size=config.group_consumer_max_size,
+        )
+        return GroupCoordinator(
+            settings=settings, store=store, timers=LoopTimers(self._clock), consumer=consumer
+        )
 
     async def _load_groups(self, groups: GroupCoordinator) -> None:
         """Read ``__consumer_offsets`` in a worker thread while the broker already serves;

@@ -2,8 +2,8 @@
 
 :class:`Heartbeat` is one ConsumerGroupHeartbeat request, :class:`HeartbeatResult` its answer;
 :class:`TopicInfo` a topic as the coordinator sees it; :class:`Expired` a member removed by a
-timeout. Refusals are exceptions (each the Kafka error a client expects; the broker maps them
-to codes)::
+timeout. Refusals are exceptions, each carrying the Kafka error a client expects as its
+``error_code``::
 
     ConsumerGroupError
     ├── InvalidRequestError          INVALID_REQUEST: a field missing or malformed
@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from riverbed.broker.groups.consumer_protocol_assignors import Assignment
+from riverbed.protocol import ErrorCode
 
 __all__ = [
     "LEAVE_GROUP_MEMBER_EPOCH",
@@ -57,49 +58,52 @@ NO_REBALANCE_TIMEOUT = -1  # "unchanged since the last heartbeat"
 class ConsumerGroupError(Exception):
     """A heartbeat or offset request the coordinator refuses; see the module docstring."""
 
+    error_code: ErrorCode = ErrorCode.unknown_server_error
+    """The code the broker answers with (each subclass names its own)."""
+
 
 class InvalidRequestError(ConsumerGroupError):
-    pass
+    error_code = ErrorCode.invalid_request
 
 
 class InvalidRegularExpressionError(ConsumerGroupError):
-    pass
+    error_code = ErrorCode.invalid_regular_expression
 
 
 class UnsupportedAssignorError(ConsumerGroupError):
-    pass
+    error_code = ErrorCode.unsupported_assignor
 
 
 class GroupIdNotFoundError(ConsumerGroupError):
-    pass
+    error_code = ErrorCode.group_id_not_found
 
 
 class GroupMaxSizeReachedError(ConsumerGroupError):
-    pass
+    error_code = ErrorCode.group_max_size_reached
 
 
 class UnknownMemberIdError(ConsumerGroupError):
-    pass
+    error_code = ErrorCode.unknown_member_id
 
 
 class FencedMemberEpochError(ConsumerGroupError):
-    pass
+    error_code = ErrorCode.fenced_member_epoch
 
 
 class StaleMemberEpochError(ConsumerGroupError):
-    pass
+    error_code = ErrorCode.stale_member_epoch
 
 
 class NonEmptyGroupError(ConsumerGroupError):
-    pass
+    error_code = ErrorCode.non_empty_group
 
 
 class UnreleasedInstanceIdError(ConsumerGroupError):
-    pass
+    error_code = ErrorCode.unreleased_instance_id
 
 
 class FencedInstanceIdError(ConsumerGroupError):
-    pass
+    error_code = ErrorCode.fenced_instance_id
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -29,6 +29,12 @@ from dataclasses import dataclass
 
 from riverbed.broker.groups.classic_protocol import ClassicProtocol
 from riverbed.broker.groups.classic_rebalance import GroupSettings
+from riverbed.broker.groups.consumer_protocol import (
+    ConsumerGroupError,
+    ConsumerGroups,
+    Heartbeat,
+    HeartbeatResult,
+)
 from riverbed.broker.groups.group import ClassicGroup, GroupState
 from riverbed.broker.groups.offsets import OffsetStore, OffsetValue, TopicPartition
 from riverbed.broker.groups.timers import Timers
@@ -69,8 +75,17 @@ class GroupDescription:
 class GroupCoordinator(ClassicProtocol):
     """Every group of this broker, and their committed offsets (module doc)."""
 
-    def __init__(self, *, settings: GroupSettings, store: OffsetStore, timers: Timers) -> None:
+    def __init__(
+        self,
+        *,
+        settings: GroupSettings,
+        store: OffsetStore,
+        timers: Timers,
+        consumer: ConsumerGroups | None = None,
+    ) -> None:
         super().__init__(settings=settings, store=store, timers=timers)
+        self.consumer = consumer if consumer is not None else ConsumerGroups(topics=dict)
+        """The consumer-protocol (KIP-848) groups; their deadlines run on ``timers`` too."""
         self._writing: Counter[str] = Counter()
         """Groups with an offset commit waiting for its fsync."""
 
@@ -164,6 +179,16 @@ class GroupCoordinator(ClassicProtocol):
             return E.coordinator_load_in_progress
         if not group_id:
             return E.invalid_group_id
+        if group_id in self.consumer:
+            # KIP-848: the member epoch arrives in the generation field (any version).
+            try:
+                self.consumer.validate_offset_commit(
+                    group_id, member_id=member_id, member_epoch=generation_id
+                )
+            except ConsumerGroupError as e:
+                return e.error_code
+            await self._store_offsets(group_id, offsets)
+            return E.none
         group = self._groups.get(group_id)
         if group is None:
             if generation_id >= 0:
@@ -183,6 +208,12 @@ class GroupCoordinator(ClassicProtocol):
             self._heartbeat(group, group.members[member_id])
         else:
             return E.unknown_member_id
+        await self._store_offsets(group_id, offsets)
+        return E.none
+
+    async def _store_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, OffsetValue]
+    ) -> None:
         self._writing[group_id] += 1  # expiry must not drop the group meanwhile
         try:
             await self.store.commit(group_id, offsets)
@@ -190,7 +221,6 @@ class GroupCoordinator(ClassicProtocol):
             self._writing[group_id] -= 1
             if not self._writing[group_id]:
                 del self._writing[group_id]
-        return E.none
 
     def fetch_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition] | None
@@ -220,6 +250,36 @@ class GroupCoordinator(ClassicProtocol):
                     results[tp] = E.group_subscribed_to_topic
         await self.store.delete_offsets(group_id, [tp for tp, e in results.items() if e is E.none])
         return E.none, results
+
+    # --- the consumer protocol (KIP-848) ---------------------------------------------------
+
+    def consumer_heartbeat(self, request: Heartbeat) -> HeartbeatResult:
+        """Serve one ConsumerGroupHeartbeat; raises a ``ConsumerGroupError``.
+
+        Afterwards the timer of the groups' next session or rebalance deadline is (re)armed.
+        """
+        try:
+            return self.consumer.heartbeat(request, now_ms=self._timers.now_ms())
+        finally:
+            self._arm_consumer_expiry()
+
+    def _arm_consumer_expiry(self) -> None:
+        deadline = self.consumer.next_deadline_ms()
+        if deadline is None:
+            self._timers.cancel(("consumer-expire",))
+            return
+
+        def due() -> None:
+            for expired in self.consumer.expire(now_ms=self._timers.now_ms()):
+                log.info(
+                    "group %s: member %s removed: %s",
+                    expired.group_id,
+                    expired.member_id,
+                    expired.reason,
+                )
+            self._arm_consumer_expiry()
+
+        self._timers.set(("consumer-expire",), deadline, due)
 
     # --- expiry -----------------------------------------------------------------------------
 

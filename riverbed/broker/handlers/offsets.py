@@ -13,7 +13,6 @@ from typing import Any
 
 from riverbed.broker.errors import error_code_for
 from riverbed.broker.groups.offsets import OFFSETS_TOPIC, OffsetValue, TopicPartition
-from riverbed.broker.handlers import consumer_groups as consumer_protocol
 from riverbed.broker.state import BrokerState
 from riverbed.log.errors import LogError
 from riverbed.protocol import ErrorCode, Request
@@ -48,26 +47,13 @@ async def offset_commit(state: BrokerState, request: Request) -> dict[str, Any]:
                     metadata=metadata,
                 )
     if offsets:
-        # A group.protocol=consumer group is validated by its own coordinator (KIP-848).
-        kip848 = consumer_protocol.commit_error(
-            state,
-            body.group_id,
-            member_id=body.member_id,
-            member_epoch=body.generation_id_or_member_epoch,
-        )
         try:
-            if kip848 is ErrorCode.none:
-                await state.groups.store.commit(body.group_id, offsets)
-            code = (
-                kip848
-                if kip848 is not None
-                else await state.groups.commit_offsets(
-                    group_id=body.group_id,
-                    generation_id=body.generation_id_or_member_epoch,
-                    member_id=body.member_id,
-                    group_instance_id=getattr(body, "group_instance_id", None),
-                    offsets=offsets,
-                )
+            code = await state.groups.commit_offsets(
+                group_id=body.group_id,
+                generation_id=body.generation_id_or_member_epoch,
+                member_id=body.member_id,
+                group_instance_id=getattr(body, "group_instance_id", None),
+                offsets=offsets,
             )
         except (LogError, OSError) as e:
             code = error_code_for(e)
