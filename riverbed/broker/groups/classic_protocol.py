@@ -61,6 +61,9 @@ class ClassicProtocol(ClassicRebalance):
             return JoinResult(error_code=E.invalid_session_timeout, member_id=member_id)
         if not group_id:
             return JoinResult(error_code=E.invalid_group_id, member_id=member_id)
+        claimed = self._claim_for_classic(group_id)
+        if claimed is not None:
+            return JoinResult(error_code=claimed, member_id=member_id)
         group = self._groups.get(group_id)
         spec = Member(
             member_id=member_id,

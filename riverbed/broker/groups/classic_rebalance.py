@@ -105,6 +105,11 @@ class ClassicRebalance:
         except Exception as e:  # a metadata record is an optimisation: never fatal
             log.error("cannot store group %s metadata: %s", group.group_id, e)
 
+    def _claim_for_classic(self, group_id: str) -> ErrorCode | None:
+        """Called for every JoinGroup: an error if ``group_id`` belongs to a group of another
+        type (the coordinator, which knows them, decides); None to go on."""
+        return None
+
     def _fenced(
         self, group: ClassicGroup, member_id: str, instance: str | None
     ) -> ErrorCode | None:

@@ -34,6 +34,8 @@ class ConsumerGroupState(enum.Enum):
     ASSIGNING = "Assigning"
     RECONCILING = "Reconciling"
     STABLE = "Stable"
+    DEAD = "Dead"
+    """Deleted, or never existed (ConsumerGroupDescribe of an unknown id)."""
 
 
 @dataclass(slots=True, kw_only=True)

@@ -32,6 +32,7 @@ from riverbed.broker.groups.classic_rebalance import GroupSettings
 from riverbed.broker.groups.consumer_protocol import (
     ConsumerGroupError,
     ConsumerGroups,
+    GroupIdNotFoundError,
     Heartbeat,
     HeartbeatResult,
 )
@@ -45,12 +46,20 @@ __all__ = ["GroupCoordinator", "GroupDescription", "GroupListing", "GroupSetting
 log = logging.getLogger(__name__)
 E = ErrorCode
 
+CLASSIC, CONSUMER = "classic", "consumer"
+"""Group types, as ListGroups v5 names them (Kafka's ``Group.GroupType``)."""
+CONSUMER_PROTOCOL_TYPE = "consumer"
+"""The protocol type ListGroups reports for a consumer-protocol group (Kafka's
+``ConsumerProtocol.PROTOCOL_TYPE``)."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GroupListing:
     group_id: str
     protocol_type: str
     state: str
+    group_type: str
+    """"classic" or "consumer" (KIP-848), as ListGroups v5 reports it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,6 +79,9 @@ class GroupDescription:
     protocol_type: str
     protocol_name: str
     members: tuple[MemberDescription, ...]
+    error_code: ErrorCode = ErrorCode.none
+    """GROUP_ID_NOT_FOUND for no classic group of that id (DescribeGroups v6+ says so)."""
+    error_message: str | None = None
 
 
 class GroupCoordinator(ClassicProtocol):
@@ -109,23 +121,54 @@ class GroupCoordinator(ClassicProtocol):
 
     # --- admin ------------------------------------------------------------------------------
 
-    def list_groups(self, *, states: Iterable[str] | None = None) -> list[GroupListing]:
-        """Every live group; ``states`` filters by state name (case-insensitive)."""
-        wanted = None if states is None else {s.lower() for s in states}
-        return [
+    def list_groups(
+        self, *, states: Iterable[str] | None = None, types: Iterable[str] | None = None
+    ) -> list[GroupListing]:
+        """Every live group of both protocols; ``states`` filters by state name and ``types``
+        by group type ("classic", "consumer"), both case-insensitive (ListGroups v4/v5)."""
+        listings = [
             GroupListing(
-                group_id=g.group_id, protocol_type=g.protocol_type or "", state=g.state.value
+                group_id=g.group_id,
+                protocol_type=g.protocol_type or "",
+                state=g.state.value,
+                group_type=CLASSIC,
             )
             for g in self._groups.values()
-            if g.state is not GroupState.DEAD and (not wanted or g.state.value.lower() in wanted)
+            if g.state is not GroupState.DEAD
+        ]
+        listings += [
+            GroupListing(
+                group_id=g.group_id,
+                protocol_type=CONSUMER_PROTOCOL_TYPE,
+                state=g.state.value,
+                group_type=CONSUMER,
+            )
+            for g in self.consumer
+        ]
+        wanted_states = {s.lower() for s in states or ()}
+        wanted_types = {t.lower() for t in types or ()}
+        return [
+            g
+            for g in listings
+            if (not wanted_states or g.state.lower() in wanted_states)
+            and (not wanted_types or g.group_type in wanted_types)
         ]
 
     def describe_group(self, group_id: str) -> GroupDescription:
         """Kafka's group summary: members with metadata and assignment when Stable."""
         group = self._groups.get(group_id)
         if group is None or group.state is GroupState.DEAD:
+            # Kafka 4 (GroupMetadataManager.describeGroups): a consumer-protocol group is
+            # "not a classic group", reported like a missing one.
+            what = "is not a classic group" if group_id in self.consumer else "not found"
             return GroupDescription(
-                group_id=group_id, state="Dead", protocol_type="", protocol_name="", members=()
+                group_id=group_id,
+                state=GroupState.DEAD.value,
+                protocol_type="",
+                protocol_name="",
+                members=(),
+                error_code=E.group_id_not_found,
+                error_message=f"Group {group_id} {what}.",
             )
         stable = group.state is GroupState.STABLE
         protocol = group.protocol_name or ""
@@ -151,6 +194,13 @@ class GroupCoordinator(ClassicProtocol):
         """Delete an empty group and its offsets (tombstones); NON_EMPTY_GROUP otherwise."""
         if not self.loaded:
             return E.coordinator_load_in_progress
+        if group_id in self.consumer:
+            try:
+                self.consumer.delete(group_id)
+            except ConsumerGroupError as e:
+                return e.error_code
+            await self.store.delete_group(group_id)
+            return E.none
         group = self._groups.get(group_id)
         if group is None or group.state is GroupState.DEAD:
             return E.group_id_not_found
@@ -236,12 +286,18 @@ class GroupCoordinator(ClassicProtocol):
         """OffsetDelete: refused per partition while the group consumes its topic."""
         if not self.loaded:
             return E.coordinator_load_in_progress, {}
-        group = self._groups.get(group_id)
-        if group is None or group.state is GroupState.DEAD:
-            return E.group_id_not_found, {}
         wanted = list(partitions)
         results = dict.fromkeys(wanted, E.none)
-        if group.state is not GroupState.EMPTY:
+        consumer_group = self.consumer.get(group_id)
+        group = self._groups.get(group_id)
+        if consumer_group is not None:
+            # Kafka's ConsumerGroup.isSubscribedToTopic: the topics its members subscribe to.
+            for tp in wanted:
+                if tp[0] in consumer_group.metadata:
+                    results[tp] = E.group_subscribed_to_topic
+        elif group is None or group.state is GroupState.DEAD:
+            return E.group_id_not_found, {}
+        elif group.state is not GroupState.EMPTY:
             subscribed = group.subscribed_topics()
             if subscribed is None:
                 return E.non_empty_group, {}
@@ -258,10 +314,32 @@ class GroupCoordinator(ClassicProtocol):
 
         Afterwards the timer of the groups' next session or rebalance deadline is (re)armed.
         """
+        classic = self._groups.get(request.group_id)
+        if classic is not None and request.member_epoch == 0:
+            # One group id, one type (Kafka 4's getOrMaybeCreateConsumerGroup): an empty
+            # classic group becomes a consumer group, keeping its offsets; a live one is not
+            # a consumer group. (No online migration of classic members.)
+            if classic.state is not GroupState.EMPTY or classic.pending_members:
+                raise GroupIdNotFoundError(f"Group {request.group_id} is not a consumer group.")
+            log.info("group %s: the empty classic group becomes a consumer group", classic.group_id)
+            self._forget(classic)
         try:
             return self.consumer.heartbeat(request, now_ms=self._timers.now_ms())
         finally:
             self._arm_consumer_expiry()
+
+    def _claim_for_classic(self, group_id: str) -> ErrorCode | None:
+        """One group id, one type (Kafka 4's classicGroupJoin): a JoinGroup converts an empty
+        consumer group to a classic one (offsets kept); a live one answers
+        INCONSISTENT_GROUP_PROTOCOL (no online migration of consumer members)."""
+        group = self.consumer.get(group_id)
+        if group is None:
+            return None
+        if group.members:
+            return E.inconsistent_group_protocol
+        log.info("group %s: the empty consumer group becomes a classic group", group_id)
+        self.consumer.delete(group_id)
+        return None
 
     def _arm_consumer_expiry(self) -> None:
         deadline = self.consumer.next_deadline_ms()
@@ -299,31 +377,21 @@ class GroupCoordinator(ClassicProtocol):
         )
 
     async def expire_offsets(self) -> int:
-        """Expire offsets of Empty groups older than the retention; remove groups left with
-        nothing. Kafka (KIP-211): an empty group's offsets expire ``offsets.retention``
-        after the later of their commit and the group becoming empty. Returns how many."""
-        now = self._timers.now_ms()
-        retention = self.settings.offsets_retention_ms
+        """Expire offsets of empty groups older than the retention; remove groups left with
+        nothing. Returns how many offsets expired. Kafka's rules: a classic group's offsets
+        expire ``offsets.retention`` after the later of their commit and the group becoming
+        Empty (KIP-211); a consumer-protocol group's after their commit."""
         expired_count = 0
         for group_id in self.store.group_ids() - self._groups.keys():
-            # Offsets whose group object was dropped (cannot normally happen): adopt them.
-            self._groups[group_id] = ClassicGroup(group_id=group_id)
+            if group_id not in self.consumer:
+                # Offsets whose group object was dropped (cannot normally happen): adopt them.
+                self._groups[group_id] = ClassicGroup(group_id=group_id)
         for group in list(self._groups.values()):
-            if (
-                group.state is not GroupState.EMPTY
-                or group.pending_members
-                or group.group_id in self._writing
-            ):
+            if group.state is not GroupState.EMPTY or group.pending_members:
                 continue
-            committed = self.store.fetch(group.group_id)
-            expired = [
-                tp
-                for tp, value in committed.items()
-                if now - max(value.commit_timestamp_ms, group.state_timestamp_ms) >= retention
-            ]
-            if expired:
-                await self.store.delete_offsets(group.group_id, expired)
-                expired_count += len(expired)
+            expired_count += await self._expire(
+                group.group_id, empty_since_ms=group.state_timestamp_ms
+            )
             if (
                 self._groups.get(group.group_id) is group
                 and group.state is GroupState.EMPTY
@@ -333,4 +401,31 @@ class GroupCoordinator(ClassicProtocol):
                 self._forget(group)
                 if self.store.group_record(group.group_id) is not None:
                     await self.store.delete_group(group.group_id)
+        for consumer_group in self.consumer:
+            if consumer_group.members:
+                continue
+            group_id = consumer_group.group_id
+            expired_count += await self._expire(group_id, empty_since_ms=0)
+            current = self.consumer.get(group_id)
+            if (
+                current is consumer_group
+                and not current.members
+                and not self.store.has_offsets(group_id)
+            ):
+                self.consumer.delete(group_id)
         return expired_count
+
+    async def _expire(self, group_id: str, *, empty_since_ms: int) -> int:
+        """Delete the group's offsets past the retention; how many (none while committing)."""
+        if group_id in self._writing:
+            return 0
+        now = self._timers.now_ms()
+        expired = [
+            tp
+            for tp, value in self.store.fetch(group_id).items()
+            if now - max(value.commit_timestamp_ms, empty_since_ms)
+            >= self.settings.offsets_retention_ms
+        ]
+        if expired:
+            await self.store.delete_offsets(group_id, expired)
+        return len(expired)

@@ -17,6 +17,7 @@ from typing import Any
 
 from riverbed.broker.groups import consumer_protocol as cp
 from riverbed.broker.groups.consumer_protocol_assignors import Assignment
+from riverbed.broker.groups.consumer_protocol_group import ConsumerGroupState
 from riverbed.broker.handlers.metadata import AUTHORIZED_OPERATIONS_OMITTED
 from riverbed.broker.state import BrokerState
 from riverbed.protocol import ErrorCode, Request
@@ -116,7 +117,7 @@ async def describe(state: BrokerState, request: Request) -> dict[str, Any]:
                     "error_code": ErrorCode.group_id_not_found,
                     "error_message": f"Group {group_id} is not a consumer group.",
                     "group_id": group_id,
-                    "group_state": "Dead",
+                    "group_state": ConsumerGroupState.DEAD.value,
                     "members": [],
                     "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
                 }

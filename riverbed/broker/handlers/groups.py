@@ -2,7 +2,9 @@
 SyncGroup (14), DescribeGroups (15), ListGroups (16) and DeleteGroups (42).
 
 Thin translations between the wire and :class:`~riverbed.broker.groups.GroupCoordinator`;
-every rule lives there. Field names differ between versions in a few places (FindCoordinator
+every rule lives there. ListGroups and DeleteGroups cover consumer-protocol (KIP-848) groups
+too; DescribeGroups is the classic protocol's (Kafka 4 answers other groups as Dead, with
+GROUP_ID_NOT_FOUND from v6). Field names differ between versions in a few places (FindCoordinator
 v4 batches its keys, LeaveGroup v3 batches its members), so those handlers fill both shapes
 and the codec keeps the one the negotiated version has.
 """
@@ -163,18 +165,14 @@ async def leave_group(state: BrokerState, request: Request) -> dict[str, Any]:
 async def list_groups(state: BrokerState, request: Request) -> dict[str, Any]:
     body = request.body
     states = list(getattr(body, "states_filter", ()))
-    types = {t.lower() for t in getattr(body, "types_filter", ())}
+    types = list(getattr(body, "types_filter", ()))
     if not state.groups.loaded:
         return {
             "throttle_time": 0,
             "error_code": ErrorCode.coordinator_load_in_progress,
             "groups": [],
         }
-    listings = [
-        g
-        for g in state.groups.list_groups(states=states or None)
-        if not types or "classic" in types
-    ]
+    listings = state.groups.list_groups(states=states, types=types)
     return {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
@@ -183,7 +181,7 @@ async def list_groups(state: BrokerState, request: Request) -> dict[str, Any]:
                 "group_id": g.group_id,
                 "protocol_type": g.protocol_type,
                 "group_state": g.state,
-                "group_type": "classic",
+                "group_type": g.group_type,
             }
             for g in listings
         ],
@@ -209,6 +207,8 @@ async def describe_groups(state: BrokerState, request: Request) -> dict[str, Any
             groups.append(entry)
             continue
         described = state.groups.describe_group(group_id)
+        if request.api_version >= 6:  # older versions answer Dead without an error (Kafka's)
+            entry.update(error_code=described.error_code, error_message=described.error_message)
         entry.update(
             group_state=described.state,
             protocol_type=described.protocol_type,
