@@ -20,6 +20,7 @@ from riverbed.broker.groups import (
     OffsetStore,
     OffsetValue,
 )
+from riverbed.broker.groups.consumer_protocol import Heartbeat
 from riverbed.broker.groups.records import java_string_hash, partition_for
 from riverbed.broker.groups.subscription import subscription_topics
 from riverbed.log.config import LogConfig
@@ -389,6 +390,45 @@ def test_offsets_of_an_empty_group_expire(tmp_path: Path) -> None:
         fresh = h.new_store()
         fresh.load()
         assert fresh.group_ids() == set()
+
+    run(tmp_path, test, offsets_retention_ms=60_000)
+
+
+def test_offsets_of_an_empty_consumer_protocol_group_expire(tmp_path: Path) -> None:
+    """Kafka's rule for consumer-protocol groups: retention counts from the commit, and only
+    once the group is empty; a group left with no offsets is removed."""
+
+    async def test(h: Harness) -> None:
+        def beat(group: str, epoch: int) -> None:
+            h.coordinator.consumer_heartbeat(
+                Heartbeat(
+                    group_id=group,
+                    member_id=f"{group}-member",
+                    member_epoch=epoch,
+                    rebalance_timeout_ms=30_000,
+                    subscribed_topic_names=("t",) if epoch == 0 else None,
+                    owned={} if epoch == 0 else None,
+                )
+            )
+
+        for group in ("gone", "live"):
+            beat(group, 0)
+            code = await h.coordinator.commit_offsets(
+                group_id=group,
+                generation_id=1,
+                member_id=f"{group}-member",
+                group_instance_id=None,
+                offsets={("t", 0): OffsetValue(offset=1)},
+            )
+            assert code == E.none
+        beat("gone", -1)
+        for _ in range(2):
+            h.timers.advance(30_000)
+            beat("live", 1)  # within its 45 s session
+        assert await h.coordinator.expire_offsets() == 1
+        assert h.store.fetch("gone") == {} and "gone" not in h.coordinator.consumer
+        assert h.store.fetch("live") != {} and "live" in h.coordinator.consumer
+        assert [g.group_id for g in h.coordinator.list_groups()] == ["live"]
 
     run(tmp_path, test, offsets_retention_ms=60_000)
 

@@ -387,3 +387,26 @@ def test_describe_a_next_generation_group(groups: Run, group_broker: BrokerProce
         assert all(row["CONSUMER-ID"] != "-" for row in rows.values())
     finally:
         consumer.close()
+
+
+def test_list_shows_a_next_generation_group(groups: Run, group_broker: BrokerProcess) -> None:
+    """``groups list`` shows a group.protocol=consumer group beside a classic one, by type."""
+    bootstrap = group_broker.bootstrap
+    new_topic(bootstrap, "both", ["b0"], ["b1"])
+    config = consumer_config(bootstrap, "next-gen")
+    del config["session.timeout.ms"]  # a broker-side setting under group.protocol=consumer
+    consumer = Consumer({**config, "group.protocol": "consumer"})
+    consumer.subscribe(["both"])
+    try:
+        deadline = time.monotonic() + 30
+        while len(consumer.assignment()) != 2:
+            assert time.monotonic() < deadline, "never assigned"
+            consumer.poll(0.1)
+        ok(groups("reset-offsets", "classic-one", "--topic", "both", "--to-earliest", "--execute"))
+        rows = {row["GROUP"]: row for row in table(ok(groups("list")))}
+        assert rows["next-gen"] == {"GROUP": "next-gen", "TYPE": "Consumer", "STATE": "Stable"}
+        assert rows["classic-one"]["TYPE"] in {"Classic", "Simple"}
+    finally:
+        consumer.close()
+    rows = {row["GROUP"]: row for row in table(ok(groups("list")))}
+    assert rows["next-gen"]["STATE"] == "Empty"
