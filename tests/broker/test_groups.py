@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -59,10 +60,23 @@ def values(messages: list[Message]) -> list[int]:
     return [int(m.value()) for m in messages]  # type: ignore[arg-type]
 
 
+@pytest.fixture
+def delayed_group_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A broker whose first rebalance of a new group waits 1 s for more members (Kafka's
+    initial delay, shortened), so consumers subscribing together share the first generation."""
+    running = start_broker_process(
+        tmp_path / "data", extra_args=("--set", "group.initial.rebalance.delay.ms=1000")
+    )
+    try:
+        yield running
+    finally:
+        running.kill()
+
+
 def test_two_consumers_split_then_one_takes_over_from_commits(
-    group_broker: BrokerProcess,
+    delayed_group_broker: BrokerProcess,
 ) -> None:
-    bootstrap = group_broker.bootstrap
+    bootstrap = delayed_group_broker.bootstrap
     create_topic(bootstrap, "split", partitions=6)
     produce(bootstrap, "split", 600)
     a, b = consumer(bootstrap, "g"), consumer(bootstrap, "g")
