@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import time
 import uuid
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
 from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest
 from kio.schema.errors import ErrorCode
@@ -122,16 +123,32 @@ def poll_until(
             if message is None or message.error() is not None:
                 continue
             seen.setdefault(c.memberid() or "", []).append(int(message.value()))
+            commit(c, message, deadline=deadline)
+
+
+def commit(c: Consumer, message: Message, *, deadline: float) -> None:
+    """Commit synchronously, retrying STALE_MEMBER_EPOCH as the Java client does: the member
+    committed with the epoch it had before its latest heartbeat answer (a new assignment);
+    Kafka answers the same and the member retries once its epoch is current."""
+    while True:
+        try:
             c.commit(message=message, asynchronous=False)
+            return
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.STALE_MEMBER_EPOCH or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)  # librdkafka's own thread takes in the heartbeat answer
 
 
 def test_two_consumers_split_a_topic_then_one_takes_over(tmp_path: Path) -> None:
     broker = start_broker_process(tmp_path / "data", extra_args=FAST)
+    opened: list[Consumer] = []
     try:
         bootstrap = broker.bootstrap
         create_topic(bootstrap, "clicks", partitions=6)
         produce(bootstrap, "clicks", 600)
         a, b = consumer(bootstrap, "split"), consumer(bootstrap, "split")
+        opened.extend([a, b])
         a.subscribe(["clicks"])
         b.subscribe(["clicks"])
         seen: dict[str, list[int]] = {}
@@ -152,8 +169,10 @@ def test_two_consumers_split_a_topic_then_one_takes_over(tmp_path: Path) -> None
         poll_until([a], more, want=300)
         assert sorted(v for values in more.values() for v in values) == list(range(600, 900))
         assert len(a.assignment()) == 6
-        a.close()
     finally:
+        for c in opened:  # close while the broker is up: a consumer left open may hang at exit
+            with contextlib.suppress(RuntimeError):
+                c.close()
         broker.kill()
 
 
