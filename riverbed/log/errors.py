@@ -8,8 +8,8 @@ wire error codes lives in the broker, never here.
 Whose fault it is:
 
 - the *producer's* (bad input; nothing was written): :class:`CorruptRecordError`,
-  :class:`RecordTooLargeError`, :class:`OutOfOrderSequenceError`,
-  :class:`InvalidProducerEpochError`;
+  :class:`InvalidRecordError`, :class:`RecordTooLargeError`, :class:`OutOfOrderSequenceError`,
+  :class:`InvalidProducerEpochError`, :class:`InvalidTxnStateError`;
 - the *caller's* (a request that names something wrong): :class:`OffsetOutOfRangeError`,
   :class:`UnknownTopicOrPartitionError`, :class:`TopicExistsError`, :class:`InvalidTopicError`,
   :class:`InvalidPartitionsError`, :class:`InvalidConfigError`;
@@ -28,6 +28,10 @@ class CorruptRecordError(LogError):
     """A produced batch has a bad magic, CRC-32C, length or header field."""
 
 
+class InvalidRecordError(LogError):
+    """A well-formed batch that a client may not produce (a control batch): INVALID_RECORD."""
+
+
 class RecordTooLargeError(LogError):
     """A batch is larger than the topic's ``max.message.bytes``."""
 
@@ -42,6 +46,11 @@ class OutOfOrderSequenceError(LogError):
 
 class InvalidProducerEpochError(LogError):
     """An idempotent producer used an epoch older than the current one: it is fenced."""
+
+
+class InvalidTxnStateError(LogError):
+    """A producer with an ongoing transaction sent a non-transactional batch (Kafka's
+    ProducerAppendInfo raises INVALID_TXN_STATE for it)."""
 
 
 class UnknownTopicOrPartitionError(LogError):

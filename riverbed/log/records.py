@@ -10,10 +10,15 @@ compressed as one block by the batch's codec::
 Varints are zig-zag encoded protobuf varints. The broker's produce path never comes here
 (batches are stored as received); this is for offset-for-timestamp lookups, tests, and
 batches the broker writes itself (control batches).
+
+A transaction marker (Kafka's ``EndTransactionMarker``) is a transactional control batch
+of one record: key ``version int16 = 0, type int16`` (:data:`ABORT` or :data:`COMMIT`),
+value ``version int16 = 0, coordinator_epoch int32``.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -36,6 +41,13 @@ from riverbed.log.compression import compress, decompress
 from riverbed.log.errors import CorruptRecordError
 
 Headers = tuple[tuple[str, bytes | None], ...]
+
+ABORT = 0
+"""Kafka's ControlRecordType.ABORT: the type id in a transaction marker's key."""
+COMMIT = 1
+"""Kafka's ControlRecordType.COMMIT."""
+_CONTROL_KEY = struct.Struct(">hh")  # version, type
+_MARKER_VALUE = struct.Struct(">hi")  # version, coordinator_epoch
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -241,3 +253,41 @@ def build_batch(
     crc = compute_crc(batch)
     batch[17:21] = crc.to_bytes(4, "big")
     return bytes(batch)
+
+
+def build_control_batch(
+    *,
+    producer_id: int,
+    producer_epoch: int,
+    control_type: int,
+    coordinator_epoch: int,
+    timestamp_ms: int,
+) -> bytes:
+    """A transaction marker (format in the module docstring), as Kafka's
+    MemoryRecords.withEndTransactionMarker builds it: base_sequence -1, one record."""
+    record = SimpleRecord(
+        key=_CONTROL_KEY.pack(0, control_type),
+        value=_MARKER_VALUE.pack(0, coordinator_epoch),
+        timestamp_ms=timestamp_ms,
+    )
+    return build_batch(
+        [record],
+        base_timestamp=timestamp_ms,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        is_transactional=True,
+        is_control=True,
+    )
+
+
+def control_type(batch: bytes | bytearray | memoryview) -> int:
+    """The type id (:data:`ABORT`, :data:`COMMIT`, ...) in the key of a control batch's
+    record; CorruptRecordError if it has none."""
+    records = decode_records(batch)
+    key = records[0].key if len(records) == 1 else None
+    if key is None or len(key) < _CONTROL_KEY.size:
+        raise CorruptRecordError("a control batch needs one record with a 4-byte key")
+    version, type_id = _CONTROL_KEY.unpack_from(key)
+    if version < 0:
+        raise CorruptRecordError(f"control record key version {version}")
+    return int(type_id)

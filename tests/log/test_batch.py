@@ -22,7 +22,16 @@ from riverbed.log.batch import (
     validate_batch,
 )
 from riverbed.log.errors import CorruptRecordError
-from riverbed.log.records import Record, SimpleRecord, build_batch, decode_records
+from riverbed.log.records import (
+    ABORT,
+    COMMIT,
+    Record,
+    SimpleRecord,
+    build_batch,
+    build_control_batch,
+    control_type,
+    decode_records,
+)
 
 optional_bytes = st.none() | st.binary(max_size=200)
 simple_records = st.lists(
@@ -227,3 +236,28 @@ def test_raw_snappy_is_read_too() -> None:
 def test_decode_garbage_raises_only_corrupt_record(data: bytes) -> None:
     with contextlib.suppress(CorruptRecordError):
         decode_records(data)
+
+
+@pytest.mark.parametrize("type_id", [ABORT, COMMIT])
+def test_control_batch_round_trip(type_id: int) -> None:
+    marker = build_control_batch(
+        producer_id=9,
+        producer_epoch=3,
+        control_type=type_id,
+        coordinator_epoch=12,
+        timestamp_ms=777,
+    )
+    header = validate_batch(marker)
+    assert header.is_control and header.is_transactional
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (9, 3, -1)
+    assert (header.records_count, header.max_timestamp) == (1, 777)
+    assert control_type(marker) == type_id
+    (record,) = decode_records(marker)
+    assert record.value == b"\x00\x00\x00\x00\x00\x0c"  # version 0, coordinator epoch 12
+
+
+def test_control_type_needs_a_control_key() -> None:
+    with pytest.raises(CorruptRecordError):
+        control_type(build_batch([SimpleRecord(key=b"k", value=b"v")]))
+    with pytest.raises(CorruptRecordError):  # a negative key version
+        control_type(build_batch([SimpleRecord(key=b"\xff\xff\x00\x00")]))
