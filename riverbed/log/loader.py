@@ -18,15 +18,22 @@ start-up time depends on the size of the tail, not of the log.
 
 Producer state comes from the newest snapshot at or below the recovery point plus the batch
 headers after it (headers only, no CRC: those segments were already fsynced and recovered).
+Markers complete transactions as they are replayed. Every segment the scan covers has its
+``.txnindex`` emptied and rebuilt from its ABORT markers (each marker's type is read from
+its record), with the LSO the replay has reached, so an index entry lost or torn by a crash
+after its marker was written comes back, and one whose marker was cut off goes. Segments
+below the scan keep their txn indexes: they were fsynced with the segment.
 """
 
 from __future__ import annotations
 
 import bisect
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from riverbed.log.batch import BatchHeader
 from riverbed.log.config import LogConfig
 from riverbed.log.index import fsync_path
 from riverbed.log.producer_state import (
@@ -34,6 +41,7 @@ from riverbed.log.producer_state import (
     delete_snapshots,
     load_latest_snapshot,
 )
+from riverbed.log.records import ABORT, control_type
 from riverbed.log.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -41,6 +49,7 @@ from riverbed.log.segment import (
     LogSegment,
     scan_batches,
 )
+from riverbed.log.txn_index import TXN_INDEX_SUFFIX
 
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
 RECOVERY_POINT_FILE = "recovery-point"
@@ -97,7 +106,8 @@ def _list_bases(directory: Path) -> list[int]:
     known = {f"{b:020d}" for b in bases}
     for entry in os.scandir(directory):  # indexes whose .log is gone
         stem, _, suffix = entry.name.partition(".")
-        if "." + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and stem not in known:
+        stale = "." + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+        if stale and stem not in known:
             os.unlink(entry.path)
     return sorted(bases)
 
@@ -172,9 +182,10 @@ def _recover(directory: Path, segments: list[LogSegment], *, config: LogConfig) 
                 break  # a gap: the rest is not a continuation of the log
             producers.write_snapshot(directory, offset=segment.base_offset)
         size = segment.size
+        segment.txn_index.reset()
         valid_end = segment.rebuild_indexes(
             index_interval_bytes=config.index_interval_bytes,
-            on_batch=producers.update,
+            on_batch=_replayer(segment, producers),
             check_crc=True,
         )
         kept = i
@@ -193,6 +204,7 @@ def _recover(directory: Path, segments: list[LogSegment], *, config: LogConfig) 
             segment.write_indexes()
             fsync_path(segment.index_path)
             fsync_path(segment.time_index_path)
+            segment.txn_index.fsync()
     for path in directory.glob("*.snapshot"):
         fsync_path(path)
     fsync_path(directory)
@@ -204,3 +216,16 @@ def _recover(directory: Path, segments: list[LogSegment], *, config: LogConfig) 
         recovered_from=start,
         truncated_bytes=truncated,
     )
+
+
+def _replayer(
+    segment: LogSegment, producers: ProducerStateManager
+) -> Callable[[int, BatchHeader], None]:
+    """The on_batch of a recovery scan: replay producer state, index the aborts."""
+
+    def replay(position: int, header: BatchHeader) -> None:
+        completed = producers.update(header)
+        if completed is not None and control_type(segment.read_batch(position)) == ABORT:
+            segment.txn_index.append(producers.aborted(completed))
+
+    return replay

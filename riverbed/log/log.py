@@ -1,9 +1,13 @@
 """One partition's log: a sequence of LogSegments in one directory.
 
 On disk, ``DATA_DIR/TOPIC-PARTITION/``: ``<base offset:020d>.log`` / ``.index`` /
-``.timeindex`` per segment (see :mod:`riverbed.log.segment`), ``<offset:020d>.snapshot``
-producer-state snapshots (:mod:`riverbed.log.producer_state`), and the ``recovery-point``
-and ``clean-shutdown`` files (:mod:`riverbed.log.loader`).
+``.timeindex`` / ``.txnindex`` per segment (see :mod:`riverbed.log.segment`),
+``<offset:020d>.snapshot`` producer-state snapshots (:mod:`riverbed.log.producer_state`),
+and the ``recovery-point`` and ``clean-shutdown`` files (:mod:`riverbed.log.loader`).
+
+Transactions: :meth:`Log.append_marker` completes them (an abort is also indexed, see
+:mod:`riverbed.log.txn_index`); read_committed fetches read below
+:attr:`Log.last_stable_offset` and skip :meth:`Log.aborted_transactions`.
 
 Durability: :meth:`Log.append` writes without fsync (enough for acks=1: the batch is in the
 page cache and survives a process crash); :meth:`Log.flush` fsyncs, after which everything
@@ -35,13 +39,15 @@ from pathlib import Path
 
 from riverbed.log.batch import (
     HEADER_SIZE,
+    BatchHeader,
     TimestampType,
+    parse_header,
     patch_base_offset,
     patch_log_append_time,
     validate_batch,
 )
 from riverbed.log.config import LogConfig
-from riverbed.log.errors import OffsetOutOfRangeError, RecordTooLargeError
+from riverbed.log.errors import InvalidRecordError, OffsetOutOfRangeError, RecordTooLargeError
 from riverbed.log.file_records import FileRecords
 from riverbed.log.index import INT32_MAX, fsync_path
 from riverbed.log.loader import (
@@ -50,9 +56,10 @@ from riverbed.log.loader import (
     write_atomically,
     write_recovery_point,
 )
-from riverbed.log.producer_state import ProducerStateManager, delete_snapshots
-from riverbed.log.records import decode_records
+from riverbed.log.producer_state import CompletedTxn, ProducerStateManager, delete_snapshots
+from riverbed.log.records import ABORT, COMMIT, build_control_batch, decode_records
 from riverbed.log.segment import LogSegment, scan_batches
+from riverbed.log.txn_index import AbortedTxn, collect_aborted
 
 SNAPSHOTS_TO_KEEP_BELOW_RECOVERY_POINT = 2
 """Kafka keeps a couple of old producer snapshots; one below the recovery point suffices."""
@@ -156,12 +163,69 @@ class Log:
         """The current epoch of an idempotent producer here, None if unknown."""
         return self._producers.epoch(producer_id)
 
+    # --- transactions -----------------------------------------------------------------------
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the oldest ongoing transaction, or high_watermark if none is
+        open: read_committed fetches read below it. Cheap: every fetch asks."""
+        first_unstable = self._producers.first_unstable_offset()
+        return self.high_watermark if first_unstable is None else first_unstable
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        """producer id -> first offset of its ongoing transaction (a copy)."""
+        return self._producers.ongoing_transactions()
+
+    def has_ongoing_transaction(self, producer_id: int) -> bool:
+        return self._producers.has_ongoing_transaction(producer_id)
+
+    def aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions with ``last_offset >= start_offset`` and ``first_offset <
+        upper_bound_offset`` by first offset, from the txn indexes of the segment holding
+        ``start_offset`` on (an abort is indexed where its marker is). Called on every
+        read_committed fetch: indexes are read once and cached (see collect_aborted)."""
+        i = max(bisect.bisect_right(self._bases, start_offset) - 1, 0)
+        return collect_aborted(
+            (segment.txn_index for segment in self._segments[i:]),
+            start_offset=start_offset,
+            upper_bound_offset=upper_bound_offset,
+        )
+
+    def append_marker(
+        self,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int = 0,
+        timestamp_ms: int | None = None,
+    ) -> AppendResult:
+        """Write a COMMIT or ABORT marker for ``producer_id`` (Kafka's WriteTxnMarkers):
+        one control batch stamped with ``timestamp_ms`` (default: the log's clock), appended
+        like any batch. It completes the producer's ongoing transaction, if any; an aborted
+        one is added to the txn index of the segment the marker went to.
+
+        InvalidProducerEpochError if ``producer_epoch`` is older than the producer's."""
+        self._producers.check_marker(producer_id=producer_id, producer_epoch=producer_epoch)
+        marker = build_control_batch(
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            control_type=COMMIT if commit else ABORT,
+            coordinator_epoch=coordinator_epoch,
+            timestamp_ms=self._clock() if timestamp_ms is None else timestamp_ms,
+        )
+        result, completed = self._write(memoryview(marker), parse_header(marker))
+        if completed is not None and not commit:
+            self._segments[-1].txn_index.append(self._producers.aborted(completed))
+        return result
+
     # --- append -----------------------------------------------------------------------------
 
     def append(self, batch: bytes | bytearray | memoryview) -> AppendResult:
         """Append exactly one magic-v2 batch as produced; see the module docstring.
 
-        Validates (header, CRC-32C, size <= max_message_bytes), checks idempotence, assigns
+        Validates (header, CRC-32C, size <= max_message_bytes; no control batch: those
+        come from :meth:`append_marker`), checks idempotence and transaction state, assigns
         offsets by patching base_offset (and, for LogAppendTime, the timestamp + CRC), then
         writes header and records with one pwritev, without copying the records.
         """
@@ -172,9 +236,11 @@ class Log:
                 f"batch of {header.size} bytes exceeds max.message.bytes "
                 f"{self.config.max_message_bytes}"
             )
+        if header.is_control:
+            raise InvalidRecordError("control batches are written by the broker, not produced")
         original = self._producers.check(header)
-        log_append_time = self.config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
         if original is not None:
+            log_append_time = self.config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
             return AppendResult(
                 base_offset=original.first_offset,
                 last_offset=original.last_offset,
@@ -182,6 +248,14 @@ class Log:
                 log_start_offset=self.log_start_offset,
                 duplicate=True,
             )
+        return self._write(view, header)[0]
+
+    def _write(
+        self, view: memoryview, header: BatchHeader
+    ) -> tuple[AppendResult, CompletedTxn | None]:
+        """Assign offsets to a validated batch, write and index it, update producer state;
+        for a marker, also the transaction it completed."""
+        log_append_time = self.config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
         now_ms = self._clock()
         self._maybe_roll(
             size=header.size, last_offset_delta=header.last_offset_delta, now_ms=now_ms
@@ -206,18 +280,19 @@ class Log:
         last_offset = base_offset + header.last_offset_delta
         active.next_offset = last_offset + 1
         self._log_end_offset = last_offset + 1
+        completed = None
         if header.producer_id >= 0:
             stored = dataclasses.replace(
                 header, base_offset=base_offset, max_timestamp=max_timestamp
             )
-            self._producers.update(stored)
+            completed = self._producers.update(stored)
         return AppendResult(
             base_offset=base_offset,
             last_offset=last_offset,
             log_append_time_ms=now_ms if log_append_time else -1,
             log_start_offset=self.log_start_offset,
             duplicate=False,
-        )
+        ), completed
 
     def _maybe_roll(self, *, size: int, last_offset_delta: int, now_ms: int) -> None:
         """Kafka's LogSegment.shouldRoll: full by bytes, by age, index full, or offsets no
@@ -247,14 +322,11 @@ class Log:
         new = LogSegment.create(
             self.directory, base_offset=end, now_ms=self._clock() if now_ms is None else now_ms
         )
+        files = [old.index_path, old.time_index_path, snapshot]
+        if old.txn_index_path.exists():  # only a segment that holds an abort has one
+            files.append(old.txn_index_path)
         with self._lock:
-            self._rolled.append(
-                _RolledSegment(
-                    fd=os.dup(old.fd),
-                    files=[old.index_path, old.time_index_path, snapshot],
-                    recovery_point=end,
-                )
-            )
+            self._rolled.append(_RolledSegment(fd=os.dup(old.fd), files=files, recovery_point=end))
             self._segments.append(new)
             self._bases.append(end)
 
@@ -390,6 +462,7 @@ class Log:
         snapshot = self._producers.write_snapshot(self.directory, offset=self._log_end_offset)
         for path in (active.index_path, active.time_index_path, snapshot):
             fsync_path(path)
+        active.txn_index.fsync()
         write_recovery_point(self.directory, active.base_offset)
         write_atomically(self.directory / CLEAN_SHUTDOWN_FILE, b"")
         with self._lock:

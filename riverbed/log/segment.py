@@ -1,10 +1,11 @@
-"""One segment of a partition's log: a .log file of whole batches plus its two indexes.
+"""One segment of a partition's log: a .log file of whole batches plus its indexes.
 
 On disk, in the partition directory (Kafka's layout)::
 
     <base_offset:020d>.log        record batches exactly as stored, back to back
     <base_offset:020d>.index      see riverbed.log.index.OffsetIndex
     <base_offset:020d>.timeindex  see riverbed.log.index.TimeIndex
+    <base_offset:020d>.txnindex   see riverbed.log.txn_index (only once it holds an abort)
 
 ``base_offset`` is the offset of the segment's first batch. Only the last segment of a log
 (the *active* one) is appended to; older ones are immutable.
@@ -12,8 +13,10 @@ On disk, in the partition directory (Kafka's layout)::
 After a crash the tail of a .log file may hold a torn or garbage batch:
 :meth:`LogSegment.recover` validates every batch (header, CRC-32C, offsets dense from the
 segment's base) in one linear scan, truncates the file at the first bad one and rebuilds
-both indexes. Segments below the log's recovery point are not scanned; their indexes are
-loaded lazily, on first use, and rebuilt only if missing or failing the sanity check.
+both indexes (the txn index is rebuilt by the loader, which replays producer state in the
+same scan). Segments below the log's recovery point are not scanned; their indexes are
+loaded lazily, on first use, and rebuilt only if missing or failing the sanity check (a txn
+index cannot be rebuilt alone: it is trusted as fsynced).
 
 Threads: every method runs on the caller's (event-loop) thread, except that the log's
 ``flush`` fsyncs a ``dup`` of :attr:`LogSegment.fd` from a worker thread.
@@ -39,6 +42,7 @@ from riverbed.log.batch import (
 )
 from riverbed.log.errors import CorruptRecordError, StorageError
 from riverbed.log.index import OffsetIndex, TimeIndex
+from riverbed.log.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -102,6 +106,7 @@ class LogSegment:
         self.max_timestamp = NO_TIMESTAMP
         self.offset_of_max_timestamp = base_offset
         self.bytes_since_last_index_entry = 0
+        self.txn_index = TransactionIndex(self.txn_index_path)
 
     # --- files ----------------------------------------------------------------------------
 
@@ -117,6 +122,10 @@ class LogSegment:
     def time_index_path(self) -> Path:
         return self.directory / (segment_name(self.base_offset) + TIME_INDEX_SUFFIX)
 
+    @property
+    def txn_index_path(self) -> Path:
+        return self.directory / (segment_name(self.base_offset) + TXN_INDEX_SUFFIX)
+
     @classmethod
     def create(cls, directory: Path, *, base_offset: int, now_ms: int) -> LogSegment:
         """A new, empty active segment (an old file of the same name is emptied)."""
@@ -128,6 +137,7 @@ class LogSegment:
         segment.next_offset = base_offset
         segment.index_path.unlink(missing_ok=True)
         segment.time_index_path.unlink(missing_ok=True)
+        segment.txn_index.reset()
         return segment
 
     @property
@@ -176,7 +186,7 @@ class LogSegment:
         self,
         *,
         index_interval_bytes: int | None,
-        on_batch: Callable[[BatchHeader], None] | None = None,
+        on_batch: Callable[[int, BatchHeader], None] | None = None,
         check_crc: bool = False,
     ) -> int:
         """Rebuild both indexes (and the in-memory tail state) by scanning the whole file.
@@ -184,6 +194,7 @@ class LogSegment:
         With ``check_crc`` (recovery) this validates every batch and returns the position of
         the first bad one, else the file size; the caller truncates there. Offsets must be
         dense from base_offset. ``index_interval_bytes`` None means 4096 (Kafka's default).
+        ``on_batch(position, header)`` is called for every valid batch, in order.
         """
         interval = 4096 if index_interval_bytes is None else index_interval_bytes
         self._offset_index = OffsetIndex(base_offset=self.base_offset)
@@ -207,7 +218,7 @@ class LogSegment:
                 index_interval_bytes=interval,
             )
             if on_batch is not None:
-                on_batch(header)
+                on_batch(pos, header)
             expected = header.last_offset + 1
             valid_end = pos + header.size
         self.next_offset = expected
@@ -380,3 +391,4 @@ class LogSegment:
         self.close()
         for path in (self.log_path, self.index_path, self.time_index_path):
             path.unlink(missing_ok=True)
+        self.txn_index.delete()

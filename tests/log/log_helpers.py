@@ -7,7 +7,8 @@ from pathlib import Path
 from riverbed.log.batch import iter_batches
 from riverbed.log.config import LogConfig
 from riverbed.log.log import Log
-from riverbed.log.records import SimpleRecord, build_batch
+from riverbed.log.records import ABORT, SimpleRecord, build_batch, control_type
+from riverbed.log.txn_index import AbortedTxn
 
 
 class FakeClock:
@@ -48,3 +49,41 @@ def offsets_in(data: bytes) -> list[int]:
 
 def read_all(log: Log) -> bytes:
     return log.read(log.log_start_offset, max_bytes=1 << 40)
+
+
+def crash(log: Log) -> None:
+    """A kill -9: every file descriptor closed, nothing flushed, indexed or marked clean
+    (what was written stays, as in the page cache of a killed process)."""
+    log.delete_files_later()
+
+
+def txn_state_of(data: bytes) -> tuple[dict[int, int], list[AbortedTxn]]:
+    """The ongoing transactions and the aborted ones (with the LSO after each abort) that
+    the batches in ``data`` (a whole log, from offset 0) describe: the oracle of the
+    transaction tests, independent of producer state and txn indexes."""
+    ongoing: dict[int, int] = {}
+    aborted: list[AbortedTxn] = []
+    for pos, header in iter_batches(data):
+        if header.producer_id < 0:
+            continue
+        if header.is_control:
+            first = ongoing.pop(header.producer_id, None)
+            if first is not None and control_type(data[pos : pos + header.size]) == ABORT:
+                lso = min(ongoing.values(), default=header.base_offset + 1)
+                aborted.append(
+                    AbortedTxn(
+                        producer_id=header.producer_id,
+                        first_offset=first,
+                        last_offset=header.base_offset,
+                        last_stable_offset=lso,
+                    )
+                )
+        elif header.is_transactional:
+            ongoing.setdefault(header.producer_id, header.base_offset)
+    return ongoing, aborted
+
+
+def overlapping(aborted: list[AbortedTxn], start: int, upper: int) -> list[AbortedTxn]:
+    """What Log.aborted_transactions(start, upper) must answer, by brute force."""
+    found = [t for t in aborted if t.last_offset >= start and t.first_offset < upper]
+    return sorted(found, key=lambda t: t.first_offset)

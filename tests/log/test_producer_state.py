@@ -1,14 +1,21 @@
-"""Idempotent producer rules, and that the state survives restarts."""
+"""Idempotent and transactional producer rules, snapshots, and that the state survives
+restarts."""
 
 from __future__ import annotations
 
+import dataclasses
+import struct
 from pathlib import Path
 
+import crc32c
 import pytest
-from log_helpers import batch, open_log, read_all
+from log_helpers import batch, crash, open_log, read_all
 
+from riverbed.log.batch import parse_header
 from riverbed.log.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from riverbed.log.log import Log
+from riverbed.log.producer_state import CompletedTxn, ProducerStateManager
+from riverbed.log.records import ABORT, build_control_batch
 
 PID = 4000
 
@@ -104,3 +111,86 @@ def test_state_is_rebuilt_without_snapshots(tmp_path: Path) -> None:
     log = open_log(tmp_path / "t-0", segment_bytes=400)
     assert produce(log, 38).duplicate
     assert produce(log, 40).base_offset == 40
+
+
+def _state_with_transactions() -> ProducerStateManager:
+    state = ProducerStateManager()
+    for pid, base, transactional in [(1, 0, True), (2, 2, False), (3, 4, True), (4, 6, True)]:
+        sent = batch(
+            2,
+            producer_id=pid,
+            producer_epoch=5,
+            base_sequence=0,
+            is_transactional=transactional,
+            base_offset=base,
+        )
+        state.update(parse_header(sent))
+    marker = build_control_batch(
+        producer_id=3, producer_epoch=5, control_type=ABORT, coordinator_epoch=0, timestamp_ms=0
+    )
+    completed = state.update(dataclasses.replace(parse_header(marker), base_offset=8))
+    assert completed == CompletedTxn(producer_id=3, first_offset=4, last_offset=8)
+    return state
+
+
+def test_snapshot_v2_keeps_ongoing_transactions() -> None:
+    state = _state_with_transactions()
+    assert state.ongoing_transactions() == {1: 0, 4: 6}
+    decoded = ProducerStateManager.decode(state.encode())
+    assert decoded is not None
+    assert decoded.ongoing_transactions() == {1: 0, 4: 6}
+    assert decoded.first_unstable_offset() == 0
+    assert decoded.entries == state.entries
+    assert struct.unpack_from(">h", state.encode(), 4) == (2,)
+
+
+def test_snapshot_v1_loads_without_transactions() -> None:
+    body = struct.pack(">i", 2)
+    body += struct.pack(">qhb", 7, 3, 1) + struct.pack(">iiqqq", 0, 4, 10, 14, 1234)
+    body += struct.pack(">qhb", 8, 0, 0)
+    v1 = b"RBPS" + struct.pack(">hI", 1, crc32c.crc32c(body)) + body
+    state = ProducerStateManager.decode(v1)
+    assert state is not None
+    assert state.ongoing_transactions() == {} and state.first_unstable_offset() is None
+    assert state.epoch(7) == 3 and state.epoch(8) == 0
+    entry = state.entries[7]
+    assert entry.current_txn_first_offset is None
+    assert [(b.first_seq, b.last_seq, b.first_offset, b.last_offset) for b in entry.batches] == [
+        (0, 4, 10, 14)
+    ]
+    assert ProducerStateManager.decode(v1[:-1]) is None  # still checked
+    damaged = bytearray(_state_with_transactions().encode())
+    damaged[-1] ^= 1
+    assert ProducerStateManager.decode(bytes(damaged)) is None
+
+
+def test_snapshot_with_transactions_in_any_order_finds_the_oldest() -> None:
+    state = _state_with_transactions()
+    entries = dict(reversed(list(state.entries.items())))  # encode the newest first
+    state.entries = entries
+    decoded = ProducerStateManager.decode(state.encode())
+    assert decoded is not None and list(decoded.ongoing_transactions().items()) == [(1, 0), (4, 6)]
+    assert decoded.first_unstable_offset() == 0
+
+
+@pytest.mark.parametrize("shutdown", ["clean", "crash"])
+def test_ongoing_transactions_survive_restart(tmp_path: Path, shutdown: str) -> None:
+    log = open_log(tmp_path / "t-0", segment_bytes=400)
+    log.append(batch(2, producer_id=PID, producer_epoch=0, base_sequence=0, is_transactional=True))
+    for seq in range(0, 20, 2):
+        produce(log, seq, pid=PID + 1)
+    log.append(
+        batch(2, producer_id=PID + 2, producer_epoch=0, base_sequence=0, is_transactional=True)
+    )
+    assert len(log.segments) > 2
+    if shutdown == "clean":
+        log.close()
+    else:
+        log.flush()  # the transaction's start is below the recovery point: only in snapshots
+        crash(log)
+    log = open_log(tmp_path / "t-0", segment_bytes=400)
+    assert log.ongoing_transactions() == {PID: 0, PID + 2: 22}
+    assert log.last_stable_offset == 0
+    log.append_marker(producer_id=PID, producer_epoch=0, commit=False)
+    assert log.last_stable_offset == 22
+    assert [(t.first_offset, t.last_offset) for t in log.aborted_transactions(0, 25)] == [(0, 24)]
