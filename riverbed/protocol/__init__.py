@@ -27,6 +27,7 @@ from riverbed.protocol.codec import (
     encode_response,
     encode_response_parts,
     encode_unsupported_version,
+    milliseconds,
 )
 from riverbed.protocol.errors import (
     FrameTooLargeError,
@@ -64,4 +65,5 @@ __all__ = (
     "encode_response",
     "encode_response_parts",
     "encode_unsupported_version",
+    "milliseconds",
 )

@@ -8,6 +8,7 @@ native reader makes ``bytes`` of the records field) and once on encode (the fina
 
 from __future__ import annotations
 
+import datetime
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -198,6 +199,14 @@ def encode_unsupported_version(
     return encode_response(
         request, api_versions_body(served=served, error_code=ErrorCode.unsupported_version)
     )
+
+
+def milliseconds(value: Any) -> int:
+    """A request's ``timedelta_i32`` field (kio gives a ``timedelta``) in milliseconds;
+    plain numbers (-1 meaning "none") pass through."""
+    if isinstance(value, datetime.timedelta):
+        return round(value.total_seconds() * 1000)
+    return int(value)
 
 
 def api_versions_body(

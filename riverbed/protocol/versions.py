@@ -39,6 +39,12 @@ Why each range (sources in brackets):
   v0 differs only in that the coordinator makes the member id and there is no regex, so 0-1
   are both served. ConsumerGroupDescribe 0-1 (v1 adds ``member_type``) is what admin clients
   use for such groups (Kafka 4.0: 0-1).
+- Transactions. librdkafka 2.16 sends FindCoordinator v2 (key type 1), InitProducerId v4,
+  AddPartitionsToTxn v0, AddOffsetsToTxn/TxnOffsetCommit within 0-3 and EndTxn v1.
+  AddPartitionsToTxn v4+ is broker-to-broker (KIP-890 verification), and EndTxn v5 and
+  TxnOffsetCommit v4+ are transactions v2 (KIP-890 part 2, with Produce v12), so all stop
+  at 3, as for the Java 3.x client. DescribeTransactions 0 and ListTransactions 0-2 (v1
+  duration filter, v2 id pattern) are the admin APIs of ``kafka-transactions.sh``.
 - kafka-python 3.0.12 guesses the broker version from probes
   (``kafka/protocol/broker_version_data.py``): Produce 11 makes it infer 3.8, so it uses record
   batch v2 and current request versions without ``api_version=``. Its newer probes need
@@ -93,6 +99,8 @@ class ApiKey(enum.IntEnum):
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
 
@@ -156,6 +164,8 @@ SUPPORTED_APIS: Mapping[ApiKey, VersionRange] = MappingProxyType(
         ApiKey.INCREMENTAL_ALTER_CONFIGS: _r(0, 0, 1),
         ApiKey.OFFSET_DELETE: _r(0, 0, 0),
         ApiKey.DESCRIBE_CLUSTER: _r(0, 0, 1),
+        ApiKey.DESCRIBE_TRANSACTIONS: _r(0, 0, 0),
+        ApiKey.LIST_TRANSACTIONS: _r(0, 0, 2),
         ApiKey.CONSUMER_GROUP_HEARTBEAT: _r(0, 0, 1),
         ApiKey.CONSUMER_GROUP_DESCRIBE: _r(0, 0, 1),
     }

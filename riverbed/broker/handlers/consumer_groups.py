@@ -20,7 +20,7 @@ from riverbed.broker.groups.consumer_protocol_assignors import Assignment
 from riverbed.broker.groups.consumer_protocol_group import ConsumerGroupState
 from riverbed.broker.handlers.metadata import AUTHORIZED_OPERATIONS_OMITTED
 from riverbed.broker.state import BrokerState
-from riverbed.protocol import ErrorCode, Request
+from riverbed.protocol import ErrorCode, Request, milliseconds
 
 __all__ = ["describe", "heartbeat"]
 
@@ -39,11 +39,6 @@ def _owned(topic_partitions: Any) -> Assignment | None:
     return owned
 
 
-def _ms(value: Any) -> int:
-    """A kio ``timedelta_i32`` field in milliseconds (-1 stays -1)."""
-    return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
-
-
 async def heartbeat(state: BrokerState, request: Request) -> dict[str, Any]:
     body = request.body
     member_id = body.member_id
@@ -57,7 +52,7 @@ async def heartbeat(state: BrokerState, request: Request) -> dict[str, Any]:
                 member_epoch=body.member_epoch,
                 instance_id=body.instance_id,
                 rack_id=body.rack_id,
-                rebalance_timeout_ms=_ms(body.rebalance_timeout),
+                rebalance_timeout_ms=milliseconds(body.rebalance_timeout),
                 subscribed_topic_names=body.subscribed_topic_names,
                 subscribed_topic_regex=getattr(body, "subscribed_topic_regex", None),
                 server_assignor=body.server_assignor,

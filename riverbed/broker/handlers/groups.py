@@ -17,17 +17,10 @@ from riverbed.broker.errors import error_code_for
 from riverbed.broker.handlers.metadata import AUTHORIZED_OPERATIONS_OMITTED
 from riverbed.broker.state import CLIENT_HOST, BrokerState
 from riverbed.log.errors import LogError
-from riverbed.protocol import ErrorCode, Request
+from riverbed.protocol import ErrorCode, Request, milliseconds
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
-
-
-def _ms(value: Any) -> int:
-    """kio gives timeouts as timedelta; the coordinator counts milliseconds."""
-    if hasattr(value, "total_seconds"):
-        return int(value.total_seconds() * 1000)
-    return int(value)
 
 
 async def find_coordinator(state: BrokerState, request: Request) -> dict[str, Any]:
@@ -44,16 +37,15 @@ async def find_coordinator(state: BrokerState, request: Request) -> dict[str, An
             "error_code": ErrorCode.none,
             "error_message": None,
         }
-        if key_type == KEY_TYPE_TRANSACTION:
-            # Transactions come with issue 4.
+        if key_type == KEY_TYPE_TRANSACTION and not key:
             entry.update(
                 node_id=-1,
                 host="",
                 port=-1,
-                error_code=ErrorCode.coordinator_not_available,
-                error_message="transactions are not supported yet",
+                error_code=ErrorCode.invalid_request,
+                error_message="empty transactional id",
             )
-        elif key_type != KEY_TYPE_GROUP:
+        elif key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
             entry.update(
                 node_id=-1,
                 host="",
@@ -77,9 +69,9 @@ async def find_coordinator(state: BrokerState, request: Request) -> dict[str, An
 
 async def join_group(state: BrokerState, request: Request) -> dict[str, Any]:
     body = request.body
-    session_timeout_ms = _ms(body.session_timeout)
+    session_timeout_ms = milliseconds(body.session_timeout)
     # v0 has no rebalance timeout: Kafka uses the session timeout.
-    rebalance_timeout_ms = _ms(getattr(body, "rebalance_timeout", body.session_timeout))
+    rebalance_timeout_ms = milliseconds(getattr(body, "rebalance_timeout", body.session_timeout))
     result = await state.groups.join_group(
         group_id=body.group_id,
         member_id=body.member_id,
