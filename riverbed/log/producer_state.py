@@ -14,6 +14,9 @@ Kafka's ``ProducerAppendInfo``:
 - a producer the partition has no state for is accepted at any sequence (Kafka stopped
   returning UNKNOWN_PRODUCER_ID with KIP-360: "If there is no current producer epoch ...
   accept writes with any sequence number");
+- a batch with base sequence -1 is one the broker wrote itself (transactional offsets in
+  ``__consumer_offsets``): only its epoch is checked, and it is not retained, as Kafka skips
+  sequence checks for coordinator appends;
 - a transactional batch from a producer without an ongoing transaction begins one at its
   base offset; a non-transactional batch from a producer with one is refused
   (InvalidTxnStateError);
@@ -134,7 +137,10 @@ class ProducerStateManager:
                 f"producer {header.producer_id} epoch {header.producer_epoch} is older than "
                 f"the current {entry.epoch}"
             )
-        if header.producer_epoch != entry.epoch:
+        if header.base_sequence == NO_SEQUENCE:
+            pass  # the broker's own batch (TxnOffsetCommit): no sequence, as Kafka's
+            # coordinator appends, which skip the sequence checks
+        elif header.producer_epoch != entry.epoch:
             if header.base_sequence != 0 and entry.epoch != NO_PRODUCER_EPOCH:
                 raise OutOfOrderSequenceError(
                     f"producer {header.producer_id}: new epoch {header.producer_epoch} must "
@@ -192,6 +198,8 @@ class ProducerStateManager:
         if header.is_transactional and entry.current_txn_first_offset is None:
             entry.current_txn_first_offset = header.base_offset
             self._ongoing[header.producer_id] = header.base_offset
+        if header.base_sequence == NO_SEQUENCE:
+            return None  # written by the broker itself: no sequence to remember
         entry.batches.append(
             BatchMetadata(
                 first_seq=header.base_sequence,

@@ -194,3 +194,21 @@ def test_ongoing_transactions_survive_restart(tmp_path: Path, shutdown: str) -> 
     log.append_marker(producer_id=PID, producer_epoch=0, commit=False)
     assert log.last_stable_offset == 22
     assert [(t.first_offset, t.last_offset) for t in log.aborted_transactions(0, 25)] == [(0, 24)]
+
+
+def test_batches_without_a_sequence_are_never_duplicates_nor_out_of_order(
+    tmp_path: Path,
+) -> None:
+    """The broker's own transactional batches (TxnOffsetCommit) carry sequence -1: each one
+    is written (Kafka skips sequence checks for coordinator appends); the epoch still counts."""
+    log = open_log(tmp_path / "p-0")
+    for round_ in range(3):
+        txn_batch = batch(producer_id=5, producer_epoch=1, is_transactional=True, tag=round_)
+        appended = log.append(txn_batch)
+        assert (appended.duplicate, appended.base_offset) == (False, 2 * round_)
+        assert log.has_ongoing_transaction(5)
+        log.append_marker(producer_id=5, producer_epoch=1, commit=round_ % 2 == 0)
+    assert log.last_stable_offset == log.log_end_offset == 6
+    with pytest.raises(InvalidProducerEpochError):
+        log.append(batch(producer_id=5, producer_epoch=0, is_transactional=True))
+    log.close()
