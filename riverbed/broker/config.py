@@ -210,6 +210,30 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         parse=_int_in(1, _INT32_MAX),
         doc="Most members of one group.protocol=consumer group.",
     ),
+    Setting(
+        name="transaction.max.timeout.ms",
+        attribute="transaction_max_timeout_ms",
+        parse=_int_in(1, _INT32_MAX),
+        doc="Largest transaction.timeout.ms a producer may ask for (INVALID_TRANSACTION_TIMEOUT).",
+    ),
+    Setting(
+        name="transaction.state.log.num.partitions",
+        attribute="transaction_state_log_num_partitions",
+        parse=_int_in(1, 100_000),
+        doc="Partitions of __transaction_state (only when it is created).",
+    ),
+    Setting(
+        name="transaction.state.log.segment.bytes",
+        attribute="transaction_state_log_segment_bytes",
+        parse=_int_in(1024, _INT32_MAX),
+        doc="Segment size of __transaction_state (only when it is created).",
+    ),
+    Setting(
+        name="transactional.id.expiration.ms",
+        attribute="transactional_id_expiration_ms",
+        parse=_int_in(1, _INT32_MAX),
+        doc="A transactional id without a transaction for this long is forgotten.",
+    ),
 )
 
 
@@ -240,6 +264,10 @@ class BrokerConfig:
     group_consumer_session_timeout_ms: int = 45_000  # Kafka default (KIP-848).
     group_consumer_heartbeat_interval_ms: int = 5_000  # Kafka default (KIP-848).
     group_consumer_max_size: int = _INT32_MAX  # Kafka default: unlimited.
+    transaction_max_timeout_ms: int = 900_000  # Kafka default: 15 minutes.
+    transaction_state_log_num_partitions: int = 50  # Kafka default.
+    transaction_state_log_segment_bytes: int = 104_857_600  # Kafka default: 100 MiB.
+    transactional_id_expiration_ms: int = 604_800_000  # Kafka default: 7 days.
     log_defaults: LogConfig = field(default_factory=LogConfig)
 
     @classmethod

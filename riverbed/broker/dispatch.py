@@ -6,7 +6,15 @@ from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from riverbed.broker.handlers import cluster, fetch, list_offsets, metadata, produce, producers
+from riverbed.broker.handlers import (
+    cluster,
+    fetch,
+    list_offsets,
+    metadata,
+    produce,
+    producers,
+    transactions,
+)
 from riverbed.broker.handlers import consumer_groups as consumer_protocol
 from riverbed.broker.handlers import groups as group_handlers
 from riverbed.broker.handlers import offsets as offset_handlers
@@ -49,5 +57,11 @@ HANDLERS: Mapping[ApiKey, Handler] = MappingProxyType(
         ApiKey.OFFSET_DELETE: offset_handlers.offset_delete,
         ApiKey.CONSUMER_GROUP_HEARTBEAT: consumer_protocol.heartbeat,
         ApiKey.CONSUMER_GROUP_DESCRIBE: consumer_protocol.describe,
+        ApiKey.ADD_PARTITIONS_TO_TXN: transactions.add_partitions_to_txn,
+        ApiKey.ADD_OFFSETS_TO_TXN: transactions.add_offsets_to_txn,
+        ApiKey.END_TXN: transactions.end_txn,
+        ApiKey.TXN_OFFSET_COMMIT: transactions.txn_offset_commit,
+        ApiKey.DESCRIBE_TRANSACTIONS: transactions.describe_transactions,
+        ApiKey.LIST_TRANSACTIONS: transactions.list_transactions,
     }
 )

@@ -15,6 +15,8 @@ __all__ = ["error_code_for"]
 _BY_TYPE: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (log_errors.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
     (log_errors.CorruptRecordError, ErrorCode.corrupt_message),
+    (log_errors.InvalidRecordError, ErrorCode.invalid_record),
+    (log_errors.InvalidTxnStateError, ErrorCode.invalid_txn_state),
     (log_errors.RecordTooLargeError, ErrorCode.message_too_large),
     (log_errors.OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
     (log_errors.InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),

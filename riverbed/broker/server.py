@@ -34,8 +34,10 @@ from riverbed.broker.groups.consumer_protocol import ConsumerGroups, TopicInfo
 from riverbed.broker.groups.coordinator import GroupCoordinator, GroupSettings
 from riverbed.broker.groups.offsets import OffsetStore
 from riverbed.broker.groups.timers import LoopTimers
+from riverbed.broker.internal_topics import OFFSETS_TOPIC
 from riverbed.broker.purgatory import FetchPurgatory
 from riverbed.broker.state import BrokerState
+from riverbed.broker.txn import TransactionCoordinator, TxnSettings
 from riverbed.log.errors import LogError
 from riverbed.log.manager import LogManager
 
@@ -115,7 +117,7 @@ class BrokerServer:
         self._state: BrokerState | None = None
         self._lock: IO[bytes] | None = None
         self._checkpointer: asyncio.Task[None] | None = None
-        self._groups_loader: asyncio.Task[None] | None = None
+        self._loader: asyncio.Task[None] | None = None
         self.port = 0
 
     async def start(self) -> None:
@@ -150,18 +152,21 @@ class BrokerServer:
             raise
         self.port = self._server.sockets[0].getsockname()[1]
         flusher = GroupFlusher()
+        purgatory = FetchPurgatory()
+        groups = self._group_coordinator(logs, flusher)
         self._state = BrokerState(
             config=self.config,
             logs=logs,
             flusher=flusher,
-            purgatory=FetchPurgatory(),
+            purgatory=purgatory,
             cluster_id=cluster_id,
             advertised=self.config.advertised_listener(bound_port=self.port),
             clock=self._clock,
-            groups=self._group_coordinator(logs, flusher),
+            groups=groups,
+            txns=self._transaction_coordinator(logs, flusher, groups, purgatory),
         )
         self._checkpointer = asyncio.create_task(self._checkpoint_periodically(logs))
-        self._groups_loader = asyncio.create_task(self._load_groups(self._state.groups))
+        self._loader = asyncio.create_task(self._load_coordinators(self._state))
         log.info(
             "listening on %s:%d (cluster %s, node %d, data %s)",
             self.config.listen.host,
@@ -198,9 +203,41 @@ class BrokerServer:
             settings=settings, store=store, timers=LoopTimers(self._clock), consumer=consumer
         )
 
-    async def _load_groups(self, groups: GroupCoordinator) -> None:
-        """Read ``__consumer_offsets`` in a worker thread while the broker already serves;
-        group requests answer COORDINATOR_LOAD_IN_PROGRESS until it is done."""
+    def _transaction_coordinator(
+        self,
+        logs: LogManager,
+        flusher: GroupFlusher,
+        groups: GroupCoordinator,
+        purgatory: FetchPurgatory,
+    ) -> TransactionCoordinator:
+        config = self.config
+
+        def on_marker(topic: str, partition: int, producer_id: int, commit: bool) -> None:
+            if topic == OFFSETS_TOPIC:
+                groups.store.complete_transaction(partition, producer_id, commit=commit)
+            purgatory.notify((topic, partition))  # the last stable offset moved
+
+        settings = TxnSettings(
+            max_timeout_ms=config.transaction_max_timeout_ms,
+            partitions=config.transaction_state_log_num_partitions,
+            segment_bytes=config.transaction_state_log_segment_bytes,
+            id_expiration_ms=config.transactional_id_expiration_ms,
+        )
+        return TransactionCoordinator(
+            logs=logs,
+            flush=flusher.flushed,
+            timers=LoopTimers(self._clock),
+            settings=settings,
+            on_marker=on_marker,
+        )
+
+    async def _load_coordinators(self, state: BrokerState) -> None:
+        """Read ``__consumer_offsets``, then ``__transaction_state``, in a worker thread
+        while the broker already serves; group and transaction requests answer
+        COORDINATOR_LOAD_IN_PROGRESS until each is done. Transactions come second: finishing
+        an interrupted one writes markers, and those of ``__consumer_offsets`` complete
+        offsets the group coordinator must already hold."""
+        groups, txns = state.groups, state.txns
         started = time.monotonic()
         try:
             await asyncio.to_thread(groups.store.load)
@@ -211,6 +248,18 @@ class BrokerServer:
         log.info(
             "loaded %d groups' offsets in %.0f ms",
             len(groups.store.group_ids()),
+            (time.monotonic() - started) * 1000,
+        )
+        started = time.monotonic()
+        try:
+            await asyncio.to_thread(txns.load)
+            await txns.recover()
+        except (LogError, OSError) as e:
+            log.error("cannot load transactions: %s; transactional requests will be refused", e)
+            return
+        log.info(
+            "loaded %d transactional ids in %.0f ms",
+            len(txns.states()),
             (time.monotonic() - started) * 1000,
         )
 
@@ -259,11 +308,12 @@ class BrokerServer:
             if not self._connections:
                 break
             await asyncio.sleep(0.01)
-        if self._groups_loader is not None:
+        if self._loader is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._groups_loader  # a load thread cannot be interrupted
-            self._groups_loader = None
+                await self._loader  # a load thread cannot be interrupted
+            self._loader = None
         if state is not None:
+            await state.txns.close()
             await state.groups.close()
             state.purgatory.notify_all()
             await state.flusher.close()

@@ -10,6 +10,7 @@ from riverbed.broker.config import BrokerConfig, Listener
 from riverbed.broker.flusher import GroupFlusher
 from riverbed.broker.groups.coordinator import GroupCoordinator
 from riverbed.broker.purgatory import FetchPurgatory
+from riverbed.broker.txn import TransactionCoordinator
 from riverbed.log.manager import LogManager
 
 __all__ = ["CLIENT_HOST", "BrokerState"]
@@ -33,3 +34,5 @@ class BrokerState:
     """Wall-clock milliseconds since the epoch (passed in so tests can control it)."""
     groups: GroupCoordinator
     """Classic consumer groups and their committed offsets (``riverbed.broker.groups``)."""
+    txns: TransactionCoordinator
+    """Transactional ids and their transactions (``riverbed.broker.txn``)."""

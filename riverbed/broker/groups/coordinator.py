@@ -220,8 +220,13 @@ class GroupCoordinator(ClassicProtocol):
         member_id: str,
         group_instance_id: str | None,
         offsets: Mapping[TopicPartition, OffsetValue],
+        producer: tuple[int, int] | None = None,
     ) -> ErrorCode:
         """Validate a commit (Kafka's ``validateOffsetCommit``) and store it durably.
+
+        With ``producer`` (id, epoch) it is a TxnOffsetCommit: stored as part of that
+        producer's transaction, and validated as Kafka does for those (a member id or
+        generation, when given, must match; a rebalance in progress does not matter).
 
         Returns the error for every partition of the request; raises ``LogError``/``OSError``
         if the store could not write it."""
@@ -231,22 +236,28 @@ class GroupCoordinator(ClassicProtocol):
             return E.invalid_group_id
         if group_id in self.consumer:
             # KIP-848: the member epoch arrives in the generation field (any version).
-            try:
-                self.consumer.validate_offset_commit(
-                    group_id, member_id=member_id, member_epoch=generation_id
-                )
-            except ConsumerGroupError as e:
-                return e.error_code
-            await self._store_offsets(group_id, offsets)
+            if producer is None or member_id:
+                try:
+                    self.consumer.validate_offset_commit(
+                        group_id, member_id=member_id, member_epoch=generation_id
+                    )
+                except ConsumerGroupError as e:
+                    return e.error_code
+            await self._store_offsets(group_id, offsets, producer)
             return E.none
         group = self._groups.get(group_id)
         if group is None:
-            if generation_id >= 0:
+            if generation_id >= 0 and producer is None:
                 return E.illegal_generation  # an old generation of a group that is gone
             group = ClassicGroup(group_id=group_id, state_timestamp_ms=self._timers.now_ms())
             self._groups[group_id] = group  # a "simple" group: offsets only
         elif group.state is GroupState.DEAD:
             return E.coordinator_not_available
+        elif producer is not None:
+            if member_id and member_id not in group.members:
+                return E.unknown_member_id
+            if generation_id >= 0 and generation_id != group.generation_id:
+                return E.illegal_generation
         elif generation_id < 0 and group.state is GroupState.EMPTY:
             pass
         elif generation_id >= 0 or member_id or group_instance_id is not None:
@@ -258,15 +269,18 @@ class GroupCoordinator(ClassicProtocol):
             self._heartbeat(group, group.members[member_id])
         else:
             return E.unknown_member_id
-        await self._store_offsets(group_id, offsets)
+        await self._store_offsets(group_id, offsets, producer)
         return E.none
 
     async def _store_offsets(
-        self, group_id: str, offsets: Mapping[TopicPartition, OffsetValue]
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition, OffsetValue],
+        producer: tuple[int, int] | None = None,
     ) -> None:
         self._writing[group_id] += 1  # expiry must not drop the group meanwhile
         try:
-            await self.store.commit(group_id, offsets)
+            await self.store.commit(group_id, offsets, producer=producer)
         finally:
             self._writing[group_id] -= 1
             if not self._writing[group_id]:

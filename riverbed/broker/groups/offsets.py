@@ -14,6 +14,13 @@ Ordering: two writes of one key may wait for their fsyncs concurrently; each rem
 log offset of its record and the cache takes a value only if it is newer than the one it
 holds, so the cache always equals the log's last record per key.
 
+Transactional offsets (TxnOffsetCommit, a consume-transform-produce producer's
+``send_offsets_to_transaction``) are written the same way but in a transactional batch of
+the producer; they are *pending* — not returned by :meth:`OffsetStore.fetch` — until the
+transaction coordinator writes the producer's commit marker to that partition
+(:meth:`OffsetStore.complete_transaction`), and dropped on an abort marker. Replay at
+start-up does the same with the batches and markers it reads, as Kafka's group coordinator.
+
 After a crash: what was acknowledged was fsynced, so it is in the log and is loaded; an
 unacknowledged tail may or may not survive (the log's recovery decides), as in Kafka.
 
@@ -40,19 +47,16 @@ from riverbed.broker.groups.records import (
     encode_offset_value,
     partition_for,
 )
-from riverbed.log.batch import iter_batches
-from riverbed.log.errors import LogError
+from riverbed.broker.internal_topics import OFFSETS_TOPIC, ensure_topic, read_batches
+from riverbed.log.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from riverbed.log.log import Log
 from riverbed.log.manager import LogManager
-from riverbed.log.records import SimpleRecord, build_batch, decode_records
+from riverbed.log.records import COMMIT, SimpleRecord, build_batch, control_type, decode_records
 
 __all__ = ["OFFSETS_TOPIC", "OffsetStore", "OffsetValue", "TopicPartition"]
 
 log = logging.getLogger(__name__)
 
-OFFSETS_TOPIC = "__consumer_offsets"
-"""Kafka's name for the internal topic of committed offsets and group metadata."""
-READ_CHUNK_BYTES = 1 << 20
 
 TopicPartition = tuple[str, int]
 Flush = Callable[[Iterable[Log]], Awaitable[None]]
@@ -90,6 +94,8 @@ class OffsetStore:
         self._segment_bytes = segment_bytes
         self._offsets: dict[str, dict[TopicPartition, _Entry]] = {}
         self._groups: dict[str, tuple[dict[str, Any], int]] = {}
+        # (partition, producer id) -> group -> offsets of an open transaction (TxnOffsetCommit)
+        self._pending: dict[tuple[int, int], dict[str, dict[TopicPartition, _Entry]]] = {}
         self.loaded = False
 
     # --- start-up ---------------------------------------------------------------------------
@@ -104,33 +110,47 @@ class OffsetStore:
         if topic is not None:
             self._partitions = topic.partitions
             for partition in range(topic.partitions):
-                self._load_partition(self._logs.log(OFFSETS_TOPIC, partition))
+                self._load_partition(partition, self._logs.log(OFFSETS_TOPIC, partition))
         self.loaded = True
 
-    def _load_partition(self, partition_log: Log) -> None:
-        offset = partition_log.log_start_offset
-        end = partition_log.high_watermark
-        while offset < end:
-            chunk = partition_log.read(offset, max_bytes=READ_CHUNK_BYTES)
-            if not chunk:
-                break
-            for position, header in iter_batches(chunk):
-                offset = header.last_offset + 1
-                if header.is_control:
+    def _load_partition(self, partition: int, partition_log: Log) -> None:
+        for header, batch in read_batches(partition_log):
+            if header.is_control:
+                self.complete_transaction(
+                    partition, header.producer_id, commit=control_type(batch) == COMMIT
+                )
+                continue
+            pending = (
+                self._pending.setdefault((partition, header.producer_id), {})
+                if header.is_transactional
+                else None
+            )
+            for record in decode_records(batch):
+                if record.key is None:
                     continue
-                batch = memoryview(chunk)[position : position + header.size]
-                for record in decode_records(batch):
-                    if record.key is None:
-                        continue
-                    try:
-                        self._apply(record.key, record.value, log_offset=record.offset)
-                    except (ValueError, KeyError, TypeError) as e:
-                        log.warning(
-                            "%s offset %d: skipping record: %s", OFFSETS_TOPIC, record.offset, e
-                        )
+                try:
+                    self._apply(record.key, record.value, log_offset=record.offset, into=pending)
+                except (ValueError, KeyError, TypeError) as e:
+                    log.warning(
+                        "%s offset %d: skipping record: %s", OFFSETS_TOPIC, record.offset, e
+                    )
 
-    def _apply(self, key_bytes: bytes, value: bytes | None, *, log_offset: int) -> None:
+    def _apply(
+        self,
+        key_bytes: bytes,
+        value: bytes | None,
+        *,
+        log_offset: int,
+        into: dict[str, dict[TopicPartition, _Entry]] | None = None,
+    ) -> None:
+        """Cache one record; a transactional one goes ``into`` its transaction's pending
+        offsets instead (they take effect with the commit marker)."""
         key = decode_key(key_bytes)
+        if into is not None:
+            if isinstance(key, OffsetKey) and value is not None:
+                pending = into.setdefault(key.group, {})
+                pending[(key.topic, key.partition)] = _Entry(decode_offset_value(value), log_offset)
+            return
         if isinstance(key, OffsetKey):
             tp = (key.topic, key.partition)
             group = self._offsets.setdefault(key.group, {})
@@ -182,8 +202,17 @@ class OffsetStore:
 
     # --- writes -----------------------------------------------------------------------------
 
-    async def commit(self, group_id: str, offsets: Mapping[TopicPartition, OffsetValue]) -> None:
-        """Store ``offsets`` durably (one record each, one batch, one fsync), then cache them."""
+    async def commit(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition, OffsetValue],
+        *,
+        producer: tuple[int, int] | None = None,
+    ) -> None:
+        """Store ``offsets`` durably (one record each, one batch, one fsync), then cache them.
+
+        With ``producer`` (id, epoch: TxnOffsetCommit) the batch is transactional and the
+        offsets stay pending until :meth:`complete_transaction` sees its marker."""
         if not offsets:
             return
         now = self._clock()
@@ -198,7 +227,7 @@ class OffsetStore:
                 )
             key = OffsetKey(group=group_id, topic=topic, partition=partition)
             records.append((encode_key(key), encode_offset_value(value)))
-        await self._write(group_id, records)
+        await self._write(group_id, records, producer=producer)
 
     async def delete_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> None:
         """Write tombstones for the committed offsets of ``partitions`` that exist."""
@@ -225,33 +254,61 @@ class OffsetStore:
             records.append((encode_key(GroupKey(group=group_id)), None))
         await self._write(group_id, records)
 
-    async def _write(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+    async def _write(
+        self,
+        group_id: str,
+        records: Sequence[tuple[bytes, bytes | None]],
+        *,
+        producer: tuple[int, int] | None = None,
+    ) -> None:
         if not records:
             return
-        partition_log = self._partition_log(group_id)
+        partition_log = self.partition_log(group_id)
         now = self._clock()
+        producer_id, epoch = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH) if producer is None else producer
         batch = build_batch(
             [SimpleRecord(key=k, value=v, timestamp_ms=now) for k, v in records],
             base_timestamp=now,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            is_transactional=producer is not None,
         )
         appended = partition_log.append(batch)
         await self._flush([partition_log])
-        for delta, (key, value) in enumerate(records):
-            self._apply(key, value, log_offset=appended.base_offset + delta)
+        pending = None
+        if producer is not None:
+            key = (self.partition_of(group_id), producer_id)
+            pending = self._pending.setdefault(key, {})
+        for delta, (key_bytes, value) in enumerate(records):
+            self._apply(key_bytes, value, log_offset=appended.base_offset + delta, into=pending)
 
-    def _partition_log(self, group_id: str) -> Log:
-        if OFFSETS_TOPIC not in self._logs.topics():
-            try:
-                self._logs.create_topic(
-                    OFFSETS_TOPIC,
-                    partitions=self._partitions,
-                    configs={
-                        "cleanup.policy": "compact",
-                        "segment.bytes": str(self._segment_bytes),
-                    },
-                )
-            except LogError:
-                if OFFSETS_TOPIC not in self._logs.topics():
-                    raise
-        self._partitions = self._logs.topics()[OFFSETS_TOPIC].partitions
+    def partition_log(self, group_id: str) -> Log:
+        """The log of the group's partition (the topic is created on first use)."""
+        self._partitions = ensure_topic(
+            self._logs,
+            OFFSETS_TOPIC,
+            partitions=self._partitions,
+            segment_bytes=self._segment_bytes,
+        )
         return self._logs.log(OFFSETS_TOPIC, self.partition_of(group_id))
+
+    # --- transactions -----------------------------------------------------------------------
+
+    def complete_transaction(self, partition: int, producer_id: int, *, commit: bool) -> None:
+        """A commit or abort marker of ``producer_id`` reached ``partition``: its pending
+        offsets there take effect (commit, unless a newer plain commit of the same partition
+        came after them, as Kafka compares record offsets) or are dropped (abort)."""
+        pending = self._pending.pop((partition, producer_id), None)
+        if not pending or not commit:
+            return
+        for group_id, entries in pending.items():
+            group = self._offsets.setdefault(group_id, {})
+            for tp, entry in entries.items():
+                current = group.get(tp)
+                if current is None or current.log_offset < entry.log_offset:
+                    group[tp] = entry
+
+    def has_pending(self, group_id: str, tp: TopicPartition) -> bool:
+        """Whether an open transaction has committed an offset of ``tp`` for the group
+        (OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT then)."""
+        return any(tp in groups.get(group_id, ()) for groups in self._pending.values())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from riverbed.broker.errors import error_code_for
-from riverbed.broker.handlers.offsets import is_internal
+from riverbed.broker.internal_topics import is_internal
 from riverbed.broker.state import BrokerState
 from riverbed.log.errors import LogError
 from riverbed.log.manager import TopicMetadata

@@ -9,10 +9,11 @@ metadata string must fit ``offset.metadata.max.bytes``), and storage errors to c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from riverbed.broker.errors import error_code_for
-from riverbed.broker.groups.offsets import OFFSETS_TOPIC, OffsetValue, TopicPartition
+from riverbed.broker.groups.offsets import OffsetValue, TopicPartition
 from riverbed.broker.state import BrokerState
 from riverbed.log.errors import LogError
 from riverbed.protocol import ErrorCode, Request
@@ -23,7 +24,7 @@ NO_OFFSET = -1
 NO_LEADER_EPOCH = -1
 
 
-def _partition_exists(state: BrokerState, topic: str, partition: int) -> bool:
+def partition_exists(state: BrokerState, topic: str, partition: int) -> bool:
     metadata = state.logs.topics().get(topic)
     return metadata is not None and 0 <= partition < metadata.partitions
 
@@ -36,7 +37,7 @@ async def offset_commit(state: BrokerState, request: Request) -> dict[str, Any]:
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
             metadata = p.committed_metadata
-            if not _partition_exists(state, topic.name, p.partition_index):
+            if not partition_exists(state, topic.name, p.partition_index):
                 codes[tp] = ErrorCode.unknown_topic_or_partition
             elif metadata is not None and len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
                 codes[tp] = ErrorCode.offset_metadata_too_large
@@ -58,26 +59,36 @@ async def offset_commit(state: BrokerState, request: Request) -> dict[str, Any]:
         except (LogError, OSError) as e:
             code = error_code_for(e)
         codes.update(dict.fromkeys(offsets, code))
-    return {
-        "throttle_time": 0,
-        "topics": [
-            {
-                "name": topic.name,
-                "partitions": [
-                    {
-                        "partition_index": p.partition_index,
-                        "error_code": codes[(topic.name, p.partition_index)],
-                    }
-                    for p in topic.partitions
-                ],
-            }
-            for topic in body.topics
-        ],
-    }
+    return {"throttle_time": 0, "topics": partition_errors(body.topics, codes)}
 
 
-def _fetch_group(state: BrokerState, group_id: str, topics: Any) -> dict[str, Any]:
-    """One group's answer; ``topics`` None means every partition with a committed offset."""
+def partition_errors(
+    topics: Any, codes: Mapping[TopicPartition, ErrorCode]
+) -> list[dict[str, Any]]:
+    """The per-partition answer of OffsetCommit and TxnOffsetCommit, in request order."""
+    return [
+        {
+            "name": topic.name,
+            "partitions": [
+                {
+                    "partition_index": p.partition_index,
+                    "error_code": codes[(topic.name, p.partition_index)],
+                }
+                for p in topic.partitions
+            ],
+        }
+        for topic in topics
+    ]
+
+
+def _fetch_group(
+    state: BrokerState, group_id: str, topics: Any, *, require_stable: bool
+) -> dict[str, Any]:
+    """One group's answer; ``topics`` None means every partition with a committed offset.
+
+    With ``require_stable`` (v7+, read_committed consumers) a partition whose offset an
+    open transaction has committed answers UNSTABLE_OFFSET_COMMIT (the client retries), so
+    a consumer never starts from an offset that may yet be rolled back."""
     wanted: list[TopicPartition] | None = None
     if topics is not None:
         wanted = [(t.name, p) for t in topics for p in t.partition_indexes]
@@ -87,6 +98,9 @@ def _fetch_group(state: BrokerState, group_id: str, topics: Any) -> dict[str, An
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for topic, partition in wanted:
         value = committed.get((topic, partition))
+        partition_code = code
+        if require_stable and state.groups.store.has_pending(group_id, (topic, partition)):
+            value, partition_code = None, ErrorCode.unstable_offset_commit
         by_topic.setdefault(topic, []).append(
             {
                 "partition_index": partition,
@@ -94,7 +108,7 @@ def _fetch_group(state: BrokerState, group_id: str, topics: Any) -> dict[str, An
                 "committed_leader_epoch": NO_LEADER_EPOCH if value is None else value.leader_epoch,
                 "metadata": "" if value is None else value.metadata,
                 # v1 has no group-level error code: loading is reported per partition.
-                "error_code": code,
+                "error_code": partition_code,
             }
         )
     return {
@@ -106,12 +120,16 @@ def _fetch_group(state: BrokerState, group_id: str, topics: Any) -> dict[str, An
 
 async def offset_fetch(state: BrokerState, request: Request) -> dict[str, Any]:
     body = request.body
+    stable = bool(getattr(body, "require_stable", False))
     if hasattr(body, "groups"):  # v8+: several groups
         return {
             "throttle_time": 0,
-            "groups": [_fetch_group(state, g.group_id, g.topics) for g in body.groups],
+            "groups": [
+                _fetch_group(state, g.group_id, g.topics, require_stable=stable)
+                for g in body.groups
+            ],
         }
-    answer = _fetch_group(state, body.group_id, body.topics)
+    answer = _fetch_group(state, body.group_id, body.topics, require_stable=stable)
     return {"throttle_time": 0, "topics": answer["topics"], "error_code": answer["error_code"]}
 
 
@@ -122,7 +140,7 @@ async def offset_delete(state: BrokerState, request: Request) -> dict[str, Any]:
     for topic in body.topics:
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
-            if _partition_exists(state, topic.name, p.partition_index):
+            if partition_exists(state, topic.name, p.partition_index):
                 wanted.append(tp)
             else:
                 codes[tp] = ErrorCode.unknown_topic_or_partition
@@ -150,8 +168,3 @@ async def offset_delete(state: BrokerState, request: Request) -> dict[str, Any]:
             for topic in body.topics
         ],
     }
-
-
-def is_internal(topic: str) -> bool:
-    """Kafka's internal topics (clients cannot produce to or delete them)."""
-    return topic == OFFSETS_TOPIC

@@ -4,6 +4,12 @@ The batch bytes go to the log untouched but for the offsets patched into its hea
 ``riverbed.log``). With ``acks=all`` the response waits for the group flusher, so an
 acknowledged batch is on stable storage; with ``acks=1`` it is acknowledged once written;
 with ``acks=0`` no response is sent at all, as the protocol says.
+
+Transactional batches (a request with a ``transactional_id``) are checked with the
+transaction coordinator first: the producer's epoch must be current and the partition
+added to its open transaction (:meth:`~riverbed.broker.txn.TransactionCoordinator.verify`),
+else the partition answers that error and nothing is written. A transactional batch without
+a transactional id is refused (INVALID_RECORD).
 """
 
 from __future__ import annotations
@@ -12,8 +18,9 @@ import logging
 from typing import Any
 
 from riverbed.broker.errors import error_code_for
-from riverbed.broker.handlers.offsets import is_internal
+from riverbed.broker.internal_topics import is_internal
 from riverbed.broker.state import BrokerState
+from riverbed.log.batch import parse_header
 from riverbed.log.errors import LogError
 from riverbed.log.log import Log
 from riverbed.protocol import ErrorCode, Request
@@ -38,9 +45,6 @@ def _partition_result(index: int, code: ErrorCode, message: str | None = None) -
 async def handle(state: BrokerState, request: Request) -> dict[str, Any] | None:
     body = request.body
     acks = body.acks
-    if body.transactional_id is not None:
-        code, message = ErrorCode.transactional_id_authorization_failed, "no transactions yet"
-        return _respond_all(body, code, message)
     if acks not in (ACKS_NONE, ACKS_LEADER, ACKS_ALL):
         return _respond_all(body, ErrorCode.invalid_required_acks, f"acks={acks}")
 
@@ -50,7 +54,9 @@ async def handle(state: BrokerState, request: Request) -> dict[str, Any] | None:
     for topic in body.topic_data:
         partitions: list[dict[str, Any]] = []
         for data in topic.partition_data:
-            result = _append(state, topic.name, data.index, data.records, written)
+            result = _append(
+                state, body.transactional_id, topic.name, data.index, data.records, written
+            )
             partitions.append(result)
             results.append(result)
         responses.append({"name": topic.name, "partition_responses": partitions})
@@ -73,12 +79,20 @@ async def handle(state: BrokerState, request: Request) -> dict[str, Any] | None:
 
 
 def _append(
-    state: BrokerState, topic: str, index: int, records: bytes | None, written: list[Log]
+    state: BrokerState,
+    transactional_id: str | None,
+    topic: str,
+    index: int,
+    records: bytes | None,
+    written: list[Log],
 ) -> dict[str, Any]:
     if records is None or not records:
         return _partition_result(index, ErrorCode.corrupt_message, "no record batch")
     if is_internal(topic):  # Kafka: "Cannot append to internal topic"
         return _partition_result(index, ErrorCode.invalid_topic_exception, "internal topic")
+    refused = _check_transaction(state, transactional_id, topic, index, records)
+    if refused is not None:
+        return refused
     try:
         partition_log = state.logs.log(topic, index)
         appended = partition_log.append(records)
@@ -97,6 +111,32 @@ def _append(
         "record_errors": [],
         "error_message": None,
     }
+
+
+def _check_transaction(
+    state: BrokerState, transactional_id: str | None, topic: str, index: int, records: bytes
+) -> dict[str, Any] | None:
+    """The answer refusing a transactional batch the coordinator does not expect, or None."""
+    try:
+        header = parse_header(records)
+    except LogError:
+        return None  # the log refuses it with the right error
+    if transactional_id is None:
+        if header.is_transactional:
+            message = "transactional records need a transactional id"
+            return _partition_result(index, ErrorCode.invalid_record, message)
+        return None
+    if not header.is_transactional:
+        return None  # plain data: the log refuses it while the producer has a transaction open
+    code = state.txns.verify(
+        transactional_id,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        tp=(topic, index),
+    )
+    if code == ErrorCode.none:
+        return None
+    return _partition_result(index, code, f"transaction {transactional_id!r}: {code.name}")
 
 
 def _respond_all(body: Any, code: ErrorCode, message: str) -> dict[str, Any]:

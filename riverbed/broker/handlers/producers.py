@@ -1,4 +1,7 @@
-"""InitProducerId (API 22) for idempotent producers.
+"""InitProducerId (API 22) for idempotent and transactional producers.
+
+A transactional id goes to the transaction coordinator (``riverbed.broker.txn``), which
+keeps its producer id and fences older instances by bumping the epoch.
 
 A producer without a transactional id gets a fresh producer id, epoch 0, from the log
 manager's persistent allocator, so ids are never reused across restarts. A producer that
@@ -11,8 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from riverbed.broker.handlers.transactions import fenced_for
 from riverbed.broker.state import BrokerState
-from riverbed.protocol import ErrorCode, Request
+from riverbed.protocol import ErrorCode, Request, milliseconds
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -22,11 +26,17 @@ MAX_EPOCH = 2**15 - 1  # producer_epoch is an int16
 async def handle(state: BrokerState, request: Request) -> dict[str, Any]:
     body = request.body
     if body.transactional_id is not None:
+        code, txn_producer_id, txn_epoch = await state.txns.init_producer_id(
+            body.transactional_id,
+            timeout_ms=milliseconds(body.transaction_timeout),
+            producer_id=getattr(body, "producer_id", NO_PRODUCER_ID),
+            producer_epoch=getattr(body, "producer_epoch", NO_PRODUCER_EPOCH),
+        )
         return {
             "throttle_time": 0,
-            "error_code": ErrorCode.transactional_id_authorization_failed,
-            "producer_id": NO_PRODUCER_ID,
-            "producer_epoch": NO_PRODUCER_EPOCH,
+            "error_code": fenced_for(code, request.api_version, since=4),
+            "producer_id": txn_producer_id,
+            "producer_epoch": txn_epoch,
         }
     producer_id = getattr(body, "producer_id", NO_PRODUCER_ID)
     epoch = getattr(body, "producer_epoch", NO_PRODUCER_EPOCH)

@@ -1,0 +1,6 @@
+"""Transactions: the transaction coordinator and its state log ``__transaction_state``."""
+
+from riverbed.broker.txn.coordinator import TransactionCoordinator, TxnSettings
+from riverbed.broker.txn.metadata import TxnMetadata, TxnState
+
+__all__ = ["TransactionCoordinator", "TxnMetadata", "TxnSettings", "TxnState"]

@@ -1,0 +1,163 @@
+"""Transactions with librdkafka against a broker process: visibility under both isolation
+levels, zombie fencing, the abandoned-transaction timeout, and read_committed offsets."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from tests.broker.txn_clients import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    read_all,
+    txn_producer,
+    values,
+)
+from tests.conftest import BrokerProcess, create_topic, start_broker_process
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _produce(producer, topic: str, items: list[bytes], *, partitions: int = 2) -> None:  # type: ignore[no-untyped-def]
+    for i, value in enumerate(items):
+        producer.produce(topic, value=value, key=value, partition=i % partitions)
+    producer.flush(30)
+
+
+def test_committed_data_is_visible_to_read_committed_only_after_commit(
+    broker_process: BrokerProcess,
+) -> None:
+    bootstrap = broker_process.bootstrap
+    create_topic(bootstrap, "t", partitions=2)
+    producer = txn_producer(bootstrap, "tx-commit")
+    producer.begin_transaction()
+    items = [f"v{i}".encode() for i in range(10)]
+    _produce(producer, "t", items)
+
+    assert read_all(bootstrap, "t", partitions=2, isolation=READ_COMMITTED) == []
+    uncommitted = read_all(bootstrap, "t", partitions=2, isolation=READ_UNCOMMITTED)
+    assert sorted(values(uncommitted)) == sorted(items)
+
+    producer.commit_transaction(30)
+    committed = read_all(bootstrap, "t", partitions=2, isolation=READ_COMMITTED)
+    assert sorted(values(committed)) == sorted(items)
+    # The commit markers take an offset each, but no client ever sees them as records.
+    uncommitted = read_all(bootstrap, "t", partitions=2, isolation=READ_UNCOMMITTED)
+    assert sorted(values(uncommitted)) == sorted(items)
+    for partition in (0, 1):
+        low, high = _watermarks(bootstrap, "t", partition)
+        assert (low, high) == (0, 6)  # 5 records + 1 marker
+
+
+def _watermarks(bootstrap: str, topic: str, partition: int) -> tuple[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "wm"})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+    finally:
+        consumer.close()
+
+
+def test_aborted_data_is_skipped_by_read_committed_and_shown_to_read_uncommitted(
+    broker_process: BrokerProcess,
+) -> None:
+    bootstrap = broker_process.bootstrap
+    create_topic(bootstrap, "t", partitions=2)
+    producer = txn_producer(bootstrap, "tx-abort")
+    expected: list[bytes] = []
+    everything: list[bytes] = []
+    for round_ in range(6):
+        producer.begin_transaction()
+        items = [f"r{round_}-{i}".encode() for i in range(7)]
+        _produce(producer, "t", items)
+        everything += items
+        if round_ % 2:
+            producer.abort_transaction(30)
+        else:
+            producer.commit_transaction(30)
+            expected += items
+
+    committed = read_all(bootstrap, "t", partitions=2, isolation=READ_COMMITTED)
+    assert sorted(values(committed)) == sorted(expected)
+    # Per partition, the committed records come in produce order.
+    for partition in (0, 1):
+        mine = [v for p, _, _, v in committed if p == partition]
+        assert mine == [v for i, v in enumerate(expected) if (i % 7) % 2 == partition]
+    uncommitted = read_all(bootstrap, "t", partitions=2, isolation=READ_UNCOMMITTED)
+    assert sorted(values(uncommitted)) == sorted(everything)
+
+
+def test_read_committed_never_reads_past_an_open_transaction(
+    broker_process: BrokerProcess,
+) -> None:
+    bootstrap = broker_process.bootstrap
+    create_topic(bootstrap, "t", partitions=1)
+    slow = txn_producer(bootstrap, "tx-slow")
+    fast = txn_producer(bootstrap, "tx-fast")
+    slow.begin_transaction()
+    _produce(slow, "t", [b"slow-1"], partitions=1)
+    fast.begin_transaction()
+    _produce(fast, "t", [b"fast-1"], partitions=1)
+    fast.commit_transaction(30)
+    # fast-1 is committed but after slow's open transaction began: not yet readable.
+    assert read_all(bootstrap, "t", partitions=1, isolation=READ_COMMITTED) == []
+    slow.abort_transaction(30)
+    assert values(read_all(bootstrap, "t", partitions=1, isolation=READ_COMMITTED)) == [b"fast-1"]
+
+
+def test_a_new_instance_fences_the_zombie_whose_data_never_becomes_visible(
+    broker_process: BrokerProcess,
+) -> None:
+    bootstrap = broker_process.bootstrap
+    create_topic(bootstrap, "t", partitions=2)
+    zombie = txn_producer(bootstrap, "tx-shared")
+    zombie.begin_transaction()
+    _produce(zombie, "t", [b"zombie-1", b"zombie-2"])
+
+    successor = txn_producer(bootstrap, "tx-shared")  # aborts the zombie's transaction
+    successor.begin_transaction()
+    _produce(successor, "t", [b"new-1", b"new-2"])
+    successor.commit_transaction(30)
+
+    with pytest.raises(KafkaException) as raised:
+        zombie.produce("t", value=b"zombie-3", partition=0)
+        zombie.commit_transaction(30)
+    error = raised.value.args[0]
+    assert error.fatal() or error.txn_requires_abort()
+    assert error.code() in (
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+    ), error
+
+    committed = read_all(bootstrap, "t", partitions=2, isolation=READ_COMMITTED)
+    assert sorted(values(committed)) == [b"new-1", b"new-2"]
+
+
+def test_an_abandoned_transaction_is_aborted_after_its_timeout(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    running = start_broker_process(tmp_path / "data")
+    try:
+        bootstrap = running.bootstrap
+        create_topic(bootstrap, "t", partitions=1)
+        abandoned = txn_producer(bootstrap, "tx-abandoned", **{"transaction.timeout.ms": 6000})
+        abandoned.begin_transaction()
+        _produce(abandoned, "t", [b"lost-1", b"lost-2"], partitions=1)
+        other = txn_producer(bootstrap, "tx-other")
+        other.begin_transaction()
+        _produce(other, "t", [b"kept"], partitions=1)
+        other.commit_transaction(30)
+        assert read_all(bootstrap, "t", partitions=1, isolation=READ_COMMITTED) == []
+
+        deadline = time.monotonic() + 20
+        committed: list[bytes | None] = []
+        while time.monotonic() < deadline and not committed:
+            time.sleep(0.3)
+            committed = values(read_all(bootstrap, "t", partitions=1, isolation=READ_COMMITTED))
+        assert committed == [b"kept"]
+        assert "timed out after 6000 ms: aborting" in running.log_text()
+        # The abandoned producer was fenced: its transaction cannot be committed any more.
+        with pytest.raises(KafkaException):
+            abandoned.commit_transaction(10)
+    finally:
+        running.kill()
