@@ -1,0 +1,181 @@
+"""Transactional produce throughput against idempotent acks=all, with confluent-kafka.
+
+    .venv/bin/python benchmarks/txn_throughput.py [--messages N] [--per-txn N] [--data-dir DIR]
+
+Starts ``riverbed broker`` as its own process and measures, each on a fresh topic of 4
+partitions, with the producer settings of ``broker_throughput.py`` (linger.ms=5, 1 MB
+batches), 1,000,000 messages of 100 bytes:
+
+1. an idempotent producer (acks=all, as librdkafka forces for idempotence);
+2. a transactional producer committing every ``--per-txn`` (1,000) messages: begin, produce,
+   commit; the clock stops after the last commit returns;
+
+then checks with a read_committed consumer that all transactional messages are visible, and
+prints msg/s for both, their ratio (target: at least 70%), the time per transaction and the
+broker's peak RSS. Not part of the test run; results go in BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import queue
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from broker_throughput import (
+    MESSAGE_BYTES,
+    PARTITIONS,
+    PRODUCER_SETTINGS,
+    PeakRss,
+    machine,
+    start_broker,
+)
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def create(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS)])[topic].result(timeout=30)
+
+
+def idempotent(bootstrap: str, topic: str, count: int) -> float:
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "enable.idempotence": True, **PRODUCER_SETTINGS}
+    )
+    producer.list_topics(topic, timeout=10)
+    payload = b"x" * MESSAGE_BYTES
+    start = time.perf_counter()
+    produce_one = producer.produce
+    for i in range(count):
+        produce_one(topic, payload, partition=i % PARTITIONS)
+        if i % 100_000 == 0:
+            producer.poll(0)
+    if producer.flush(300) != 0:
+        raise SystemExit("idempotent produce did not finish")
+    return time.perf_counter() - start
+
+
+def transactional(bootstrap: str, topic: str, count: int, per_txn: int, producers: int) -> float:
+    """Seconds for ``producers`` transactional producers (one thread each, their own
+    transactional ids) to commit ``count`` messages between them in transactions of
+    ``per_txn``."""
+    clients = []
+    for n in range(producers):
+        producer = Producer(
+            {"bootstrap.servers": bootstrap, "transactional.id": f"bench-{n}", **PRODUCER_SETTINGS}
+        )
+        producer.init_transactions(30)
+        producer.list_topics(topic, timeout=10)
+        clients.append(producer)
+    payload = b"x" * MESSAGE_BYTES
+    transactions = queue.SimpleQueue[tuple[int, int]]()
+    for first in range(0, count, per_txn):
+        transactions.put((first, min(first + per_txn, count)))
+    failures: list[BaseException] = []
+
+    def work(producer: Producer) -> None:
+        produce_one = producer.produce
+        try:
+            while True:
+                try:
+                    first, end = transactions.get_nowait()
+                except queue.Empty:
+                    return
+                producer.begin_transaction()
+                for i in range(first, end):
+                    produce_one(topic, payload, partition=i % PARTITIONS)
+                producer.commit_transaction(60)  # releases the GIL while it waits
+        except BaseException as e:  # reported by the main thread
+            failures.append(e)
+
+    threads = [threading.Thread(target=work, args=(p,)) for p in clients]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - start
+    if failures:
+        raise SystemExit(f"a transaction failed: {failures[0]!r}")
+    return elapsed
+
+
+def count_committed(bootstrap: str, topic: str) -> int:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-check",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    seen, eof = 0, set()
+    deadline = time.monotonic() + 300
+    while len(eof) < PARTITIONS and time.monotonic() < deadline:
+        for message in consumer.consume(num_messages=100_000, timeout=0.5):
+            error = message.error()
+            if error is None:
+                seen += 1
+            elif error.code() == KafkaError._PARTITION_EOF:
+                eof.add(message.partition())
+    consumer.close()
+    return seen
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--per-txn", type=int, default=1_000)
+    parser.add_argument(
+        "--producers",
+        type=int,
+        nargs="+",
+        default=[1, 4],
+        help="transactional producers working at once (each count is one run)",
+    )
+    parser.add_argument("--data-dir", type=Path, default=None)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(dir=args.data_dir) as tmp:
+        process, bootstrap = start_broker(Path(tmp) / "data")
+        rss = PeakRss(process.pid)
+        try:
+            create(bootstrap, "idempotent")
+            idem_s = idempotent(bootstrap, "idempotent", args.messages)
+            runs = []
+            for producers in args.producers:
+                topic = f"transactional-{producers}"
+                create(bootstrap, topic)
+                seconds = transactional(bootstrap, topic, args.messages, args.per_txn, producers)
+                visible = count_committed(bootstrap, topic)
+                if visible != args.messages:
+                    sys.exit(f"read_committed saw {visible} of {args.messages} messages")
+                runs.append((producers, seconds))
+        finally:
+            process.terminate()
+            process.wait()
+            peak = rss.stop()
+    transactions = -(-args.messages // args.per_txn)
+    idem_rate = args.messages / idem_s
+    print(f"machine: {machine()}")
+    print(f"messages: {args.messages} x {MESSAGE_BYTES} B over {PARTITIONS} partitions")
+    print(f"idempotent acks=all, 1 producer: {idem_rate:,.0f} msg/s ({idem_s:.2f} s)")
+    for producers, seconds in runs:
+        rate = args.messages / seconds
+        print(
+            f"transactional, {producers} producer(s), {transactions} txns of {args.per_txn}: "
+            f"{rate:,.0f} msg/s ({seconds:.2f} s; {seconds / transactions * producers * 1000:.2f}"
+            f" ms per transaction per producer), {rate / idem_rate:.0%} of idempotent"
+            " (target >= 70%)"
+        )
+    print("a read_committed consumer saw every transactional message of every run")
+    print(f"broker peak RSS: {peak / 1024**2:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
