@@ -47,7 +47,9 @@ from kio.schema.txn_offset_commit.v3.request import (
 
 from riverbed.broker import Broker
 from riverbed.log.batch import iter_batches
+from riverbed.log.config import LogConfig
 from riverbed.log.log import Log
+from riverbed.log.manager import LogManager
 from riverbed.log.records import Record, SimpleRecord, build_batch, decode_records
 from tests.broker.wire import WireClient
 from tests.conftest import BrokerProcess, create_topic
@@ -431,3 +433,68 @@ def test_a_commit_decided_before_a_failure_is_finished_at_the_next_start(
         assert committed.last_stable_offset == committed.high_watermark == 2
         assert [r.value for r in decode_all(committed.records)] == [b"decided"]
         assert end_txn(client, "p", pid, epoch, commit=True) == ErrorCode.none  # the retry
+
+
+def _append_offline(data_dir: Path, pid: int, epoch: int, seq: int, value: bytes) -> None:
+    """Write transactional data straight into t-0 while no broker runs: what a partition
+    holds when the state-log record that added it to a transaction was lost."""
+    logs = LogManager.open(data_dir, defaults=LogConfig(), clock=lambda: 1_767_225_600_000)
+    try:
+        batch = build_batch(
+            [SimpleRecord(value=value, timestamp_ms=1_767_225_600_000)],
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=seq,
+            is_transactional=True,
+        )
+        logs.log("t", 0).append(batch)
+    finally:
+        logs.close()
+
+
+def _loaded(client: WireClient, txn_id: str) -> Any:
+    deadline = time.monotonic() + 10
+    while True:  # the coordinator loads in the background
+        body = ListTransactionsRequest(state_filters=(), producer_id_filters=())
+        response = client.request(LIST_TXNS, 1, body)
+        if response.error_code == ErrorCode.none or time.monotonic() > deadline:
+            return [s for s in response.transaction_states if s.transactional_id == txn_id]
+        time.sleep(0.05)
+
+
+def test_transactional_data_no_transaction_accounts_for_is_aborted_at_start(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "data"
+    with Broker(data_dir, listen="127.0.0.1:0") as broker:
+        bootstrap = broker.bootstrap_servers
+        create_topic(bootstrap, "t", partitions=1)
+        with WireClient(bootstrap) as client:
+            init = init_pid(client, "h")
+            pid = init.producer_id
+            assert add_partitions(client, "h", pid, 0, {"t": [0]}) == {("t", 0): ErrorCode.none}
+            assert produce_txn(client, "h", pid, 0, 0, b"one").error_code == ErrorCode.none
+            assert end_txn(client, "h", pid, 0, commit=True) == ErrorCode.none
+    # The next transaction of "h" wrote to t-0, and an unknown producer did too, but the
+    # records adding t-0 to their transactions never reached the disk.
+    _append_offline(data_dir, pid, 0, 1, b"lost")
+    _append_offline(data_dir, 987_654, 0, 0, b"stranger")
+
+    with (
+        Broker(data_dir, listen="127.0.0.1:0") as broker,
+        WireClient(broker.bootstrap_servers) as client,
+    ):
+        (state,) = _loaded(client, "h")
+        assert state.transaction_state == "Empty"
+        committed = fetch(client, isolation=READ_COMMITTED)
+        # Recovery did not mistake "lost" for the committed transaction's data (it lies
+        # above that commit's bound): both strays are aborted, nothing stays open.
+        assert committed.last_stable_offset == committed.high_watermark == 6
+        assert sorted((a.producer_id, a.first_offset) for a in committed.aborted_transactions) == [
+            (pid, 2),
+            (987_654, 3),
+        ]
+        # "h" was fenced: a live producer that thought "lost" was in its transaction
+        # cannot commit it.
+        assert end_txn(client, "h", pid, 0, commit=True) == ErrorCode.producer_fenced
+        assert init_pid(client, "h").producer_epoch == 2

@@ -187,7 +187,7 @@ async def list_transactions(state: BrokerState, request: Request) -> dict[str, A
         }
     listed = [
         meta
-        for meta in state.txns.list(
+        for meta in state.txns.list_transactions(
             states=[s for s in wanted if s in KAFKA_STATES],
             producer_ids=body.producer_id_filters,
             min_duration_ms=getattr(body, "duration_filter", -1),

@@ -10,16 +10,26 @@ two-phase commit, with the markers written by the coordinator itself (one broker
 WriteTxnMarkers round trip):
 
 1. PrepareCommit/PrepareAbort is appended and fsynced: from here the outcome is decided.
+   The record keeps each partition's log end offset (its *bound*: the transaction's data
+   lies below it).
 2. A commit or abort control batch is appended to every partition of the transaction
    (``Log.append_marker``); read_committed readers see the outcome at once.
-3. Those partitions are fsynced, then CompleteCommit/CompleteAbort is appended.
+3. CompleteCommit/CompleteAbort is appended, and the client answered. The markers are
+   fsynced in the background: if the machine loses them, the Prepare* record is on disk
+   and recovery writes them again.
 
 After a crash (:meth:`TransactionCoordinator.recover`), an id found in a Prepare* state
-gets steps 2 and 3 again, and an id in a Complete* state has its partitions checked; a
-marker is written only to a partition where the producer still has an open transaction
-(or an older epoch), so nothing is written twice. An Ongoing transaction keeps its timeout:
-``transaction.timeout.ms`` after it began, the coordinator fences the producer (epoch + 1)
-and aborts it, as Kafka does, so its data never becomes visible.
+gets steps 2 and 3 again, and an id in a Complete* state has its partitions checked: a
+marker is written only where the producer still has an open transaction that began below
+the partition's bound, so nothing is written twice and a later transaction's data is never
+taken for this one's. An Ongoing transaction keeps its timeout: ``transaction.timeout.ms``
+after it began, the coordinator fences the producer (epoch + 1) and aborts it, as Kafka
+does, so its data never becomes visible.
+
+AddPartitionsToTxn/AddOffsetsToTxn are answered before their record is fsynced (the
+commit's fsync of the Prepare* record covers it). If the machine loses such a record, the
+data written into that partition belongs to no known transaction: recovery aborts every
+such *hanging* transaction and fences its producer, so it can never commit it.
 
 Fencing: InitProducerId for an id with an open transaction aborts it with the next epoch
 (every partition then refuses the old epoch) and gives the new instance that epoch; requests
@@ -144,15 +154,74 @@ class TransactionCoordinator:
     async def recover(self) -> None:
         """Finish what a crash interrupted (module docstring), arm the timeouts, then
         start answering requests."""
+        marked: list[Log] = []
         for meta in list(self._txns.values()):
             if meta.state.is_prepare:
-                await self._complete(meta)
+                await self._complete(meta, recovering=True)
             elif meta.state.is_complete:
-                await self._write_markers(meta, commit=meta.state.commits)
+                marked += self._write_markers(meta, commit=meta.state.commits, recovering=True)
             elif meta.state is TxnState.ONGOING:
                 self._arm_timeout(meta)
+        marked += await self._abort_hanging()
+        if marked:
+            await self._flush(marked)
         self._arm_expiry()
         self.loaded = True
+
+    def _all_logs(self) -> dict[TopicPartition, Log]:
+        return {
+            (name, partition): self._logs.log(name, partition)
+            for name, topic in self._logs.topics().items()
+            for partition in range(topic.partitions)
+        }
+
+    async def _abort_hanging(self) -> list[Log]:
+        """Abort transactional data no open transaction accounts for (Kafka's "hanging
+        transactions"), and fence its producer.
+
+        It can only come from state-log records lost with the machine (AddPartitionsToTxn
+        is acknowledged before its record is fsynced; a commit fsyncs it, so such a
+        transaction never committed). Its producer may still be alive and believe the data
+        is in its transaction: fencing it (the next epoch) makes its commit fail instead.
+        Returns the logs it wrote markers to.
+        """
+        marked: list[Log] = []
+        hanging: dict[int, list[tuple[TopicPartition, Log]]] = defaultdict(list)
+        for tp, partition_log in self._all_logs().items():
+            for producer_id in partition_log.ongoing_transactions():
+                meta = self._by_producer.get(producer_id)
+                if meta is None or meta.state is not TxnState.ONGOING or tp not in meta.partitions:
+                    hanging[producer_id].append((tp, partition_log))
+        for producer_id, places in hanging.items():
+            meta = self._by_producer.get(producer_id)
+            log.warning(
+                "aborting hanging transactional data of producer %d (transactional id %s) in %s",
+                producer_id,
+                None if meta is None else meta.transactional_id,
+                ", ".join(f"{t}-{p}" for (t, p), _ in places),
+            )
+            epoch = max(
+                partition_log.producer_epoch(producer_id) or 0 for _, partition_log in places
+            )
+            if meta is not None:
+                if meta.state is TxnState.ONGOING:
+                    await self._fence_and_abort(meta)
+                else:
+                    fenced = self._bump(meta)
+                    fenced.state, fenced.partitions, fenced.bounds = TxnState.EMPTY, set(), {}
+                    fenced.start_ms, fenced.update_ms = -1, self._timers.now_ms()
+                    await self._persist(fenced, flush=True)
+                current = self._txns[meta.transactional_id]
+                if current.producer_id == producer_id:
+                    epoch = max(epoch, current.producer_epoch)
+            for (topic, partition), partition_log in places:
+                if partition_log.has_ongoing_transaction(producer_id):
+                    partition_log.append_marker(
+                        producer_id=producer_id, producer_epoch=epoch, commit=False
+                    )
+                    self._on_marker(topic, partition, producer_id, False)
+                    marked.append(partition_log)
+        return marked
 
     async def close(self) -> None:
         self._timers.cancel_all()
@@ -318,7 +387,7 @@ class TransactionCoordinator:
         meta = self._txns.get(transactional_id)
         return None if meta is None else meta.copy()
 
-    def list(
+    def list_transactions(
         self,
         *,
         states: Iterable[str] = (),
@@ -378,7 +447,9 @@ class TransactionCoordinator:
             new.start_ms = now
         new.partitions |= partitions
         new.update_ms = now
-        error = await self._persist(new, flush=True)
+        # Not fsynced: if the record is lost with the machine, the data written into the
+        # partition is aborted at the next start (_abort_hanging); a commit fsyncs it first.
+        error = await self._persist(new, flush=False)
         if error is E.none and meta.state is not TxnState.ONGOING:
             self._arm_timeout(new)
         return error
@@ -387,6 +458,12 @@ class TransactionCoordinator:
         prepared = meta.copy()
         prepared.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         prepared.update_ms = self._timers.now_ms()
+        prepared.bounds = {}
+        for topic, partition in meta.partitions:
+            with contextlib.suppress(LogError):  # a deleted topic needs no marker
+                prepared.bounds[(topic, partition)] = self._logs.log(
+                    topic, partition
+                ).log_end_offset
         self._timers.cancel(("txn-timeout", meta.transactional_id))
         error = await self._persist(prepared, flush=True)
         if error is not E.none:
@@ -395,20 +472,38 @@ class TransactionCoordinator:
             return error
         return await self._complete(prepared)
 
-    async def _complete(self, prepared: TxnMetadata) -> ErrorCode:
-        """Steps 2 and 3: markers, their fsync, then the Complete* record."""
+    async def _complete(self, prepared: TxnMetadata, *, recovering: bool = False) -> ErrorCode:
+        """Steps 2 and 3: the markers, then the Complete* record.
+
+        Neither waits for an fsync: the Prepare* record is on disk, so a machine crash
+        before the markers are ends in recovery writing them. They are fsynced in the
+        background."""
         commit = prepared.state.commits
         try:
-            await self._write_markers(prepared, commit=commit)
+            written = self._write_markers(prepared, commit=commit, recovering=recovering)
         except (LogError, OSError) as e:
             log.error("transaction %s: writing markers failed: %s", prepared.transactional_id, e)
             return E.coordinator_not_available  # stays Prepare*; a retry or restart finishes it
+        if written:
+            self._spawn(self._flush_quietly(written))
         done = prepared.copy()
         done.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         done.update_ms = self._timers.now_ms()
         return await self._persist(done, flush=False)
 
-    async def _write_markers(self, meta: TxnMetadata, *, commit: bool) -> None:
+    async def _flush_quietly(self, logs: list[Log]) -> None:
+        try:
+            await self._flush(logs)
+        except OSError as e:  # the periodic checkpoint tries again
+            log.error("fsync of transaction markers failed: %s", e)
+
+    def _write_markers(self, meta: TxnMetadata, *, commit: bool, recovering: bool) -> list[Log]:
+        """Append the outcome's marker to each partition of ``meta`` that needs one.
+
+        Normally that is every partition (a partition without data of this epoch gets one
+        too: it fences older epochs there). When ``recovering``, only where the producer
+        still has an open transaction that began below the partition's bound (its data is
+        this transaction's), or where the producer's epoch there is older."""
         written: list[Log] = []
         pid, epoch = meta.producer_id, meta.producer_epoch
         for topic, partition in sorted(meta.partitions):
@@ -416,16 +511,20 @@ class TransactionCoordinator:
                 partition_log = self._logs.log(topic, partition)
             except LogError:
                 continue  # the topic was deleted meanwhile: nothing left to mark
+            first = partition_log.ongoing_transactions().get(pid)
             known_epoch = partition_log.producer_epoch(pid)
-            if not partition_log.has_ongoing_transaction(pid) and (
-                known_epoch is not None and known_epoch >= epoch
-            ):
-                continue  # marked already (recovery), or nothing of this epoch to mark
+            if recovering:
+                bound = meta.bounds.get((topic, partition), -1)
+                if first is not None and first >= bound:
+                    continue  # a later transaction's data: not ours to decide
+                if first is None and known_epoch is not None and known_epoch >= epoch:
+                    continue  # marked already
+            elif first is None and known_epoch is not None and known_epoch >= epoch:
+                continue  # nothing of this epoch to mark, and nothing older to fence
             partition_log.append_marker(producer_id=pid, producer_epoch=epoch, commit=commit)
             written.append(partition_log)
             self._on_marker(topic, partition, pid, commit)
-        if written:
-            await self._flush(written)
+        return written
 
     async def _fence_and_abort(self, meta: TxnMetadata) -> ErrorCode:
         """Abort ``meta``'s open transaction with the next epoch (fencing its producer). At

@@ -10,10 +10,14 @@ Records, one per change (the last one per key wins; compaction keeps it)::
 
     key   {"v":0,"type":"txn","id":TRANSACTIONAL_ID}
     value {"producer_id":P,"producer_epoch":E,"last_producer_epoch":E0,"timeout_ms":T,
-           "state":"Ongoing","partitions":[[TOPIC,P],...],"start_ms":MS,"update_ms":MS}
+           "state":"Ongoing","partitions":[[TOPIC,P],...],"start_ms":MS,"update_ms":MS,
+           "bounds":[[TOPIC,P,OFFSET],...]}
 
 A null value (tombstone) forgets an expired id. The partitions stay in the Complete* records
-so that recovery can check every marker was written (see the coordinator). UTF-8 JSON with
+so that recovery can check every marker was written; ``bounds`` (Prepare* and Complete*)
+holds each partition's log end offset when the outcome was decided: the transaction's data
+is below it, so recovery never mistakes a later transaction's data for this one's (see the
+coordinator). UTF-8 JSON with
 a fixed key order, as the records of ``__consumer_offsets``.
 """
 
@@ -71,6 +75,8 @@ class TxnMetadata:
     start_ms: int = -1
     """When the current transaction began (first partition added); -1 when none is open."""
     update_ms: int = -1
+    bounds: dict[TopicPartition, int] = field(default_factory=dict)
+    """Per partition, its log end offset when the outcome was decided (Prepare*, Complete*)."""
 
     def copy(self) -> TxnMetadata:
         return TxnMetadata(
@@ -83,6 +89,7 @@ class TxnMetadata:
             partitions=set(self.partitions),
             start_ms=self.start_ms,
             update_ms=self.update_ms,
+            bounds=dict(self.bounds),
         )
 
 
@@ -116,6 +123,7 @@ def encode_value(meta: TxnMetadata) -> bytes:
             "partitions": sorted([topic, partition] for topic, partition in meta.partitions),
             "start_ms": meta.start_ms,
             "update_ms": meta.update_ms,
+            "bounds": sorted([t, p, offset] for (t, p), offset in meta.bounds.items()),
         }
     )
 
@@ -133,4 +141,5 @@ def decode_value(transactional_id: str, data: bytes) -> TxnMetadata:
         partitions={(str(t), int(p)) for t, p in document.get("partitions", [])},
         start_ms=int(document.get("start_ms", -1)),
         update_ms=int(document.get("update_ms", -1)),
+        bounds={(str(t), int(p)): int(o) for t, p, o in document.get("bounds", [])},
     )
