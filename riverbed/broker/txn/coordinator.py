@@ -14,9 +14,11 @@ WriteTxnMarkers round trip):
    lies below it).
 2. A commit or abort control batch is appended to every partition of the transaction
    (``Log.append_marker``); read_committed readers see the outcome at once.
-3. CompleteCommit/CompleteAbort is appended, and the client answered. The markers are
+3. The id is CompleteCommit/CompleteAbort, and the client answered. The markers are
    fsynced in the background: if the machine loses them, the Prepare* record is on disk
-   and recovery writes them again.
+   and recovery writes them again. The Complete* state is kept in memory only (a record
+   per transaction less): the id's next record supersedes it, and recovery writes it for
+   a Prepare* record it finds complete.
 
 After a crash (:meth:`TransactionCoordinator.recover`), an id found in a Prepare* state
 gets steps 2 and 3 again, and an id in a Complete* state has its partitions checked: a
@@ -473,9 +475,9 @@ class TransactionCoordinator:
         return await self._complete(prepared)
 
     async def _complete(self, prepared: TxnMetadata, *, recovering: bool = False) -> ErrorCode:
-        """Steps 2 and 3: the markers, then the Complete* record.
+        """Steps 2 and 3: the markers, then the Complete* state.
 
-        Neither waits for an fsync: the Prepare* record is on disk, so a machine crash
+        Nothing waits for an fsync: the Prepare* record is on disk, so a machine crash
         before the markers are ends in recovery writing them. They are fsynced in the
         background."""
         commit = prepared.state.commits
@@ -489,7 +491,12 @@ class TransactionCoordinator:
         done = prepared.copy()
         done.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         done.update_ms = self._timers.now_ms()
-        return await self._persist(done, flush=False)
+        if recovering:
+            return await self._persist(done, flush=False)
+        # Not written: the id's next record supersedes it, and a restart that finds the
+        # Prepare* record re-checks the markers (all there) and writes it then.
+        self._set(done)
+        return E.none
 
     async def _flush_quietly(self, logs: list[Log]) -> None:
         try:

@@ -13,8 +13,8 @@ Records, one per change (the last one per key wins; compaction keeps it)::
            "state":"Ongoing","partitions":[[TOPIC,P],...],"start_ms":MS,"update_ms":MS,
            "bounds":[[TOPIC,P,OFFSET],...]}
 
-A null value (tombstone) forgets an expired id. The partitions stay in the Complete* records
-so that recovery can check every marker was written; ``bounds`` (Prepare* and Complete*)
+A null value (tombstone) forgets an expired id. Prepare* (and Complete*) records keep the
+partitions so that recovery can check every marker was written; their ``bounds``
 holds each partition's log end offset when the outcome was decided: the transaction's data
 is below it, so recovery never mistakes a later transaction's data for this one's (see the
 coordinator). UTF-8 JSON with
