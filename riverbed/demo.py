@@ -5,7 +5,9 @@ Starts a broker in this process (the embedded default) on a free port with its d
 riverbed component uses: creates a topic of 3 partitions, produces a clickstream of JSON
 events keyed by user, reads it back, and shows the per-partition offsets, per-key order,
 throughput; then two consumers share the topic in a consumer group, and after more events
-arrive the demo shows the group's lag; last, the files on disk. Later issues extend it.
+arrive the demo shows the group's lag; then a consume-transform-produce job copies the
+clicks to another topic exactly once with transactions (and aborts a transaction of junk on
+purpose); last, the files on disk. Later issues extend it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from riverbed.broker import Broker
 
 TOPIC = "clicks"
 GROUP = "click-readers"
+EOS_TOPIC = "click-pages"
+EOS_GROUP = "click-pages-job"
 PARTITIONS = 3
 PAGES = ("/home", "/search", "/product/42", "/cart", "/checkout")
 
@@ -135,23 +139,117 @@ def _share_in_a_group(bootstrap: str, *, total: int, producer: Producer) -> None
     watermarks.close()
 
 
+INTERNAL_TOPICS = {
+    "__consumer_offsets": "committed offsets",
+    "__transaction_state": "transaction coordinator state",
+}
+
+
 def _show_data_dir(data_dir: Path) -> None:
-    """The broker's files, with the 50 partitions of __consumer_offsets summed up."""
-    internal: list[Path] = []
+    """The broker's files, with the 50 partitions of each internal topic summed up."""
+    internal: dict[str, list[Path]] = {name: [] for name in INTERNAL_TOPICS}
     for path in sorted(data_dir.iterdir()):
-        if path.is_dir() and path.name.startswith("__consumer_offsets-"):
-            internal.append(path)
+        topic = path.name.rsplit("-", 1)[0]
+        if path.is_dir() and topic in internal:
+            internal[topic].append(path)
         elif path.is_dir():
             names = ", ".join(f"{f.name} ({f.stat().st_size:,} B)" for f in sorted(path.iterdir()))
             print(f"  {path.name}/: {names}")
         else:
             print(f"  {path.name} ({path.stat().st_size:,} B)")
-    if internal:
-        stored = sum(f.stat().st_size for d in internal for f in d.glob("*.log"))
-        print(
-            f"  __consumer_offsets-0..{len(internal) - 1}/: committed offsets, "
-            f"{stored:,} B of record batches in all"
-        )
+    for topic, directories in internal.items():
+        if directories:
+            stored = sum(f.stat().st_size for d in directories for f in d.glob("*.log"))
+            print(
+                f"  {topic}-0..{len(directories) - 1}/: {INTERNAL_TOPICS[topic]}, "
+                f"{stored:,} B of record batches in all"
+            )
+
+
+def _count(bootstrap: str, topic: str, *, isolation: str) -> int:
+    """Records of ``topic`` a consumer with this isolation level reads from the start."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "demo-count",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": isolation,
+            "fetch.queue.backoff.ms": 10,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    seen, eof = 0, set()
+    deadline = time.monotonic() + 60
+    while len(eof) < PARTITIONS and time.monotonic() < deadline:
+        for message in consumer.consume(num_messages=10_000, timeout=0.2):
+            error = message.error()
+            if error is None:
+                seen += 1
+            elif error.code() == KafkaError._PARTITION_EOF:
+                eof.add(message.partition())
+    consumer.close()
+    return seen
+
+
+def _exactly_once(bootstrap: str, *, total: int) -> None:
+    """Consume-transform-produce in transactions: each output and its input offsets are
+    committed together, so every click is copied once; one transaction of junk is aborted."""
+    _section(f"exactly once: {TOPIC!r} -> {EOS_TOPIC!r}, one transaction per 5,000 clicks")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(EOS_TOPIC, num_partitions=PARTITIONS)])[EOS_TOPIC].result(30)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": EOS_GROUP,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "fetch.queue.backoff.ms": 10,
+        }
+    )
+    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": EOS_GROUP, "linger.ms": 5}
+    )
+    producer.init_transactions(30)
+    started = time.perf_counter()
+    copied, transactions, eof = 0, 0, set()
+    while len(eof) < PARTITIONS:
+        batch = []
+        for message in consumer.consume(num_messages=5_000, timeout=0.2):
+            if message.error() is None:
+                batch.append(message)
+            elif message.error().code() == KafkaError._PARTITION_EOF:
+                eof.add(message.partition())
+        if not batch:
+            continue
+        producer.begin_transaction()
+        next_offsets: dict[int, int] = {}
+        for message in batch:
+            page = json.loads(message.value()).get("page", "(late event)")
+            producer.produce(EOS_TOPIC, key=message.key(), value=page)
+            next_offsets[message.partition()] = message.offset() + 1
+        offsets = [TopicPartition(TOPIC, p, o) for p, o in next_offsets.items()]
+        producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
+        producer.commit_transaction(30)
+        copied += len(batch)
+        transactions += 1
+    producer.begin_transaction()
+    for i in range(100):
+        producer.produce(EOS_TOPIC, key=b"junk", value=f"junk-{i}")
+    producer.flush(30)
+    producer.abort_transaction(30)
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    print(
+        f"{copied:,} clicks copied in {transactions} transactions in {elapsed:.2f} s, "
+        f"then 100 junk records written and aborted"
+    )
+    committed = _count(bootstrap, EOS_TOPIC, isolation="read_committed")
+    everything = _count(bootstrap, EOS_TOPIC, isolation="read_uncommitted")
+    print(f"read_committed reader: {committed:,} records (each click once: {committed == total})")
+    print(f"read_uncommitted reader: {everything:,} records (the aborted junk too)")
 
 
 def _section(title: str) -> None:
@@ -244,6 +342,7 @@ def run(data_dir: Path, *, count: int) -> None:
             print(f"first record: partition {first[0]} offset {first[1]} -> {first[2]}")
 
         _share_in_a_group(bootstrap, total=total, producer=producer)
+        _exactly_once(bootstrap, total=total + 1_000)
 
     _section("on disk (Kafka's layout)")
     _show_data_dir(data_dir)
