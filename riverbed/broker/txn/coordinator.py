@@ -49,27 +49,13 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from riverbed.broker.groups.records import partition_for
 from riverbed.broker.groups.timers import Timers
-from riverbed.broker.internal_topics import (
-    OFFSETS_TOPIC,
-    TRANSACTION_STATE_TOPIC,
-    ensure_topic,
-    read_batches,
-)
-from riverbed.broker.txn.metadata import (
-    TopicPartition,
-    TxnMetadata,
-    TxnState,
-    decode_key,
-    decode_value,
-    encode_key,
-    encode_value,
-)
+from riverbed.broker.internal_topics import OFFSETS_TOPIC
+from riverbed.broker.txn.metadata import TopicPartition, TxnMetadata, TxnState
+from riverbed.broker.txn.state_log import Flush, TxnStateLog
 from riverbed.log.errors import LogError
 from riverbed.log.log import Log
 from riverbed.log.manager import LogManager
-from riverbed.log.records import SimpleRecord, build_batch, decode_records
 from riverbed.protocol import ErrorCode
 
 __all__ = ["TransactionCoordinator", "TxnSettings"]
@@ -81,7 +67,6 @@ NO_PRODUCER_ID = -1
 MAX_EPOCH = 2**15 - 1
 """producer_epoch is an int16; at the last usable epoch an id gets a new producer id."""
 
-Flush = Callable[[Iterable[Log]], Awaitable[None]]
 OnMarker = Callable[[str, int, int, bool], None]
 """Called with (topic, partition, producer_id, commit) after each marker is appended."""
 
@@ -116,7 +101,13 @@ class TransactionCoordinator:
         self._timers = timers
         self._settings = settings
         self._on_marker = on_marker
-        self._partitions = settings.partitions
+        self._state_log = TxnStateLog(
+            logs,
+            flush=flush,
+            clock=timers.now_ms,
+            partitions=settings.partitions,
+            segment_bytes=settings.segment_bytes,
+        )
         self._txns: dict[str, TxnMetadata] = {}
         self._by_producer: dict[int, TxnMetadata] = {}
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -127,31 +118,8 @@ class TransactionCoordinator:
 
     def load(self) -> None:
         """Replay ``__transaction_state`` (the last record per id wins)."""
-        topic = self._logs.topics().get(TRANSACTION_STATE_TOPIC)
-        if topic is None:
-            return
-        self._partitions = topic.partitions
-        for partition in range(topic.partitions):
-            for header, batch in read_batches(self._logs.log(TRANSACTION_STATE_TOPIC, partition)):
-                if header.is_control:
-                    continue
-                for record in decode_records(batch):
-                    if record.key is None:
-                        continue
-                    try:
-                        transactional_id = decode_key(record.key)
-                        if record.value is None:
-                            self._forget(transactional_id)
-                        else:
-                            self._set(decode_value(transactional_id, record.value))
-                    except (ValueError, KeyError, TypeError) as e:
-                        log.warning(
-                            "%s-%d offset %d: skipping record: %s",
-                            TRANSACTION_STATE_TOPIC,
-                            partition,
-                            record.offset,
-                            e,
-                        )
+        for meta in self._state_log.load().values():
+            self._set(meta)
 
     async def recover(self) -> None:
         """Finish what a crash interrupted (module docstring), arm the timeouts, then
@@ -606,10 +574,13 @@ class TransactionCoordinator:
                 current = self._txns.get(transactional_id)
                 if current is not meta:
                     continue
-                error = await self._write(transactional_id, None, flush=False)
-                if error is E.none:
-                    self._forget(transactional_id)
-                    self._locks.pop(transactional_id, None)
+                try:
+                    await self._state_log.forget(transactional_id)
+                except (LogError, OSError) as e:
+                    log.error("cannot forget transactional id %s: %s", transactional_id, e)
+                    continue
+                self._forget(transactional_id)
+                self._locks.pop(transactional_id, None)
 
     def _spawn(self, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
@@ -620,29 +591,12 @@ class TransactionCoordinator:
 
     async def _persist(self, meta: TxnMetadata, *, flush: bool) -> ErrorCode:
         """Append ``meta`` (fsynced if ``flush``), then make it the cached state."""
-        error = await self._write(meta.transactional_id, encode_value(meta), flush=flush)
-        if error is E.none:
-            self._set(meta)
-        return error
-
-    async def _write(self, transactional_id: str, value: bytes | None, *, flush: bool) -> ErrorCode:
         try:
-            self._partitions = ensure_topic(
-                self._logs,
-                TRANSACTION_STATE_TOPIC,
-                partitions=self._partitions,
-                segment_bytes=self._settings.segment_bytes,
-            )
-            partition = partition_for(transactional_id, partitions=self._partitions)
-            state_log = self._logs.log(TRANSACTION_STATE_TOPIC, partition)
-            now = self._timers.now_ms()
-            record = SimpleRecord(key=encode_key(transactional_id), value=value, timestamp_ms=now)
-            state_log.append(build_batch([record], base_timestamp=now))
-            if flush:
-                await self._flush([state_log])
+            await self._state_log.write(meta, flush=flush)
         except (LogError, OSError) as e:
-            log.error("cannot write %s: %s", TRANSACTION_STATE_TOPIC, e)
+            log.error("cannot write the state of transaction %s: %s", meta.transactional_id, e)
             return E.coordinator_not_available
+        self._set(meta)
         return E.none
 
     def _set(self, meta: TxnMetadata) -> None:
