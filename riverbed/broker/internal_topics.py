@@ -7,14 +7,27 @@ starts; clients cannot produce to them (Produce answers INVALID_TOPIC_EXCEPTION)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 
-from riverbed.log.batch import BatchHeader, iter_batches
+from riverbed.log.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, BatchHeader, iter_batches
 from riverbed.log.errors import LogError
-from riverbed.log.log import Log
+from riverbed.log.log import AppendResult, Log
 from riverbed.log.manager import LogManager
+from riverbed.log.records import SimpleRecord, build_batch
 
-__all__ = ["INTERNAL_TOPICS", "OFFSETS_TOPIC", "TRANSACTION_STATE_TOPIC", "ensure_topic"]
+__all__ = [
+    "INTERNAL_TOPICS",
+    "OFFSETS_TOPIC",
+    "TRANSACTION_STATE_TOPIC",
+    "Flush",
+    "InternalTopic",
+    "ensure_topic",
+    "java_string_hash",
+    "partition_for",
+]
+
+Flush = Callable[[Iterable[Log]], Awaitable[None]]
+"""Returns once everything appended to the logs is fsynced (the broker's GroupFlusher)."""
 
 OFFSETS_TOPIC = "__consumer_offsets"
 """Kafka's name for the internal topic of committed offsets and group metadata."""
@@ -22,6 +35,22 @@ TRANSACTION_STATE_TOPIC = "__transaction_state"
 """Kafka's name for the transaction coordinator's log."""
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 READ_CHUNK_BYTES = 1 << 20
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode``: s[0]*31^(n-1) + ... over UTF-16 code units, as int32."""
+    h = 0
+    encoded = text.encode("utf-16-be")
+    for i in range(0, len(encoded), 2):
+        h = (31 * h + ((encoded[i] << 8) | encoded[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for(key: str, *, partitions: int) -> int:
+    """The partition of a group or transactional id (Kafka's ``partitionFor``)."""
+    h = java_string_hash(key)
+    magnitude = 0 if h == -(2**31) else abs(h)
+    return magnitude % partitions
 
 
 def is_internal(topic: str) -> bool:
@@ -57,3 +86,76 @@ def read_batches(partition_log: Log) -> Iterator[tuple[BatchHeader, memoryview]]
         for position, header in iter_batches(chunk):
             offset = header.last_offset + 1
             yield header, memoryview(chunk)[position : position + header.size]
+
+
+class InternalTopic:
+    """One internal topic as its owner (a coordinator) uses it: a key's partition is
+    ``abs(java_hash(key)) % partitions`` (Kafka's ``partitionFor``), records are appended
+    in one batch per call, and the whole topic is replayed at start-up.
+
+    The topic is created on first write with ``partitions`` partitions; if it exists, its
+    real partition count is used, so a changed setting never moves a key.
+    """
+
+    def __init__(
+        self,
+        logs: LogManager,
+        name: str,
+        *,
+        flush: Flush,
+        clock: Callable[[], int],
+        partitions: int,
+        segment_bytes: int,
+    ) -> None:
+        self.name = name
+        self._logs = logs
+        self._flush = flush
+        self._clock = clock
+        self._partitions = partitions
+        self._segment_bytes = segment_bytes
+
+    def partition_of(self, key: str) -> int:
+        return partition_for(key, partitions=self._partitions)
+
+    def partition_log(self, key: str) -> Log:
+        """The log of ``key``'s partition (the topic is created on first use)."""
+        self._partitions = ensure_topic(
+            self._logs, self.name, partitions=self._partitions, segment_bytes=self._segment_bytes
+        )
+        return self._logs.log(self.name, self.partition_of(key))
+
+    async def append(
+        self,
+        key: str,
+        records: Sequence[tuple[bytes, bytes | None]],
+        *,
+        flush: bool = True,
+        producer: tuple[int, int] | None = None,
+    ) -> AppendResult:
+        """Append ``records`` (key bytes, value bytes or None) in one batch to ``key``'s
+        partition, fsynced before returning if ``flush``; transactional for ``producer``
+        (id, epoch). Raises LogError/OSError if it could not."""
+        partition_log = self.partition_log(key)
+        now = self._clock()
+        producer_id, epoch = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH) if producer is None else producer
+        batch = build_batch(
+            [SimpleRecord(key=k, value=v, timestamp_ms=now) for k, v in records],
+            base_timestamp=now,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            is_transactional=producer is not None,
+        )
+        appended = partition_log.append(batch)
+        if flush:
+            await self._flush([partition_log])
+        return appended
+
+    def replay(self) -> Iterator[tuple[int, BatchHeader, memoryview]]:
+        """(partition, header, batch) of every batch in the topic, partition by partition."""
+        topic = self._logs.topics().get(self.name)
+        if topic is None:
+            return
+        self._partitions = topic.partitions
+        for partition in range(topic.partitions):
+            for header, batch in read_batches(self._logs.log(self.name, partition)):
+                yield partition, header, batch

@@ -31,7 +31,7 @@ every other method runs on the event loop.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,13 +45,11 @@ from riverbed.broker.groups.records import (
     encode_group_value,
     encode_key,
     encode_offset_value,
-    partition_for,
 )
-from riverbed.broker.internal_topics import OFFSETS_TOPIC, ensure_topic, read_batches
-from riverbed.log.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
+from riverbed.broker.internal_topics import OFFSETS_TOPIC, Flush, InternalTopic
 from riverbed.log.log import Log
 from riverbed.log.manager import LogManager
-from riverbed.log.records import COMMIT, SimpleRecord, build_batch, control_type, decode_records
+from riverbed.log.records import COMMIT, control_type, decode_records
 
 __all__ = ["OFFSETS_TOPIC", "OffsetStore", "OffsetValue", "TopicPartition"]
 
@@ -59,8 +57,6 @@ log = logging.getLogger(__name__)
 
 
 TopicPartition = tuple[str, int]
-Flush = Callable[[Iterable[Log]], Awaitable[None]]
-"""Returns once everything appended to the logs is fsynced (the broker's GroupFlusher)."""
 
 
 @dataclass(slots=True)
@@ -87,11 +83,15 @@ class OffsetStore:
         partitions: int,
         segment_bytes: int,
     ) -> None:
-        self._logs = logs
-        self._flush = flush
+        self._topic = InternalTopic(
+            logs,
+            OFFSETS_TOPIC,
+            flush=flush,
+            clock=clock,
+            partitions=partitions,
+            segment_bytes=segment_bytes,
+        )
         self._clock = clock
-        self._partitions = partitions
-        self._segment_bytes = segment_bytes
         self._offsets: dict[str, dict[TopicPartition, _Entry]] = {}
         self._groups: dict[str, tuple[dict[str, Any], int]] = {}
         # (partition, producer id) -> group -> offsets of an open transaction (TxnOffsetCommit)
@@ -106,15 +106,7 @@ class OffsetStore:
         A record that does not decode is logged and skipped (it cannot be ours, or is from
         a later version); it never stops the broker.
         """
-        topic = self._logs.topics().get(OFFSETS_TOPIC)
-        if topic is not None:
-            self._partitions = topic.partitions
-            for partition in range(topic.partitions):
-                self._load_partition(partition, self._logs.log(OFFSETS_TOPIC, partition))
-        self.loaded = True
-
-    def _load_partition(self, partition: int, partition_log: Log) -> None:
-        for header, batch in read_batches(partition_log):
+        for partition, header, batch in self._topic.replay():
             if header.is_control:
                 self.complete_transaction(
                     partition, header.producer_id, commit=control_type(batch) == COMMIT
@@ -132,8 +124,13 @@ class OffsetStore:
                     self._apply(record.key, record.value, log_offset=record.offset, into=pending)
                 except (ValueError, KeyError, TypeError) as e:
                     log.warning(
-                        "%s offset %d: skipping record: %s", OFFSETS_TOPIC, record.offset, e
+                        "%s-%d offset %d: skipping record: %s",
+                        OFFSETS_TOPIC,
+                        partition,
+                        record.offset,
+                        e,
                     )
+        self.loaded = True
 
     def _apply(
         self,
@@ -198,7 +195,7 @@ class OffsetStore:
         return None if held is None else held[0]
 
     def partition_of(self, group_id: str) -> int:
-        return partition_for(group_id, partitions=self._partitions)
+        return self._topic.partition_of(group_id)
 
     # --- writes -----------------------------------------------------------------------------
 
@@ -263,34 +260,17 @@ class OffsetStore:
     ) -> None:
         if not records:
             return
-        partition_log = self.partition_log(group_id)
-        now = self._clock()
-        producer_id, epoch = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH) if producer is None else producer
-        batch = build_batch(
-            [SimpleRecord(key=k, value=v, timestamp_ms=now) for k, v in records],
-            base_timestamp=now,
-            producer_id=producer_id,
-            producer_epoch=epoch,
-            is_transactional=producer is not None,
-        )
-        appended = partition_log.append(batch)
-        await self._flush([partition_log])
+        appended = await self._topic.append(group_id, records, producer=producer)
         pending = None
         if producer is not None:
-            key = (self.partition_of(group_id), producer_id)
+            key = (self.partition_of(group_id), producer[0])
             pending = self._pending.setdefault(key, {})
         for delta, (key_bytes, value) in enumerate(records):
             self._apply(key_bytes, value, log_offset=appended.base_offset + delta, into=pending)
 
     def partition_log(self, group_id: str) -> Log:
         """The log of the group's partition (the topic is created on first use)."""
-        self._partitions = ensure_topic(
-            self._logs,
-            OFFSETS_TOPIC,
-            partitions=self._partitions,
-            segment_bytes=self._segment_bytes,
-        )
-        return self._logs.log(OFFSETS_TOPIC, self.partition_of(group_id))
+        return self._topic.partition_log(group_id)
 
     # --- transactions -----------------------------------------------------------------------
 

@@ -31,6 +31,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from riverbed.broker.internal_topics import java_string_hash, partition_for
+
 __all__ = [
     "GroupKey",
     "OffsetKey",
@@ -134,19 +136,3 @@ def decode_group_value(data: bytes) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise ValueError("group value is not a JSON object")
     return document
-
-
-def java_string_hash(text: str) -> int:
-    """Java's ``String.hashCode``: s[0]*31^(n-1) + ... over UTF-16 code units, as int32."""
-    h = 0
-    encoded = text.encode("utf-16-be")
-    for i in range(0, len(encoded), 2):
-        h = (31 * h + ((encoded[i] << 8) | encoded[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def partition_for(group_id: str, *, partitions: int) -> int:
-    """The ``__consumer_offsets`` partition of a group (Kafka's ``partitionFor``)."""
-    h = java_string_hash(group_id)
-    magnitude = 0 if h == -(2**31) else abs(h)
-    return magnitude % partitions

@@ -50,9 +50,9 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from riverbed.broker.groups.timers import Timers
-from riverbed.broker.internal_topics import OFFSETS_TOPIC
+from riverbed.broker.internal_topics import OFFSETS_TOPIC, Flush
 from riverbed.broker.txn.metadata import TopicPartition, TxnMetadata, TxnState
-from riverbed.broker.txn.state_log import Flush, TxnStateLog
+from riverbed.broker.txn.state_log import TxnStateLog
 from riverbed.log.errors import LogError
 from riverbed.log.log import Log
 from riverbed.log.manager import LogManager
