@@ -40,6 +40,7 @@ __all__ = [
     "ErrorLog",
     "add_action",
     "add_connection_arguments",
+    "add_state_filter",
     "admin_error_code",
     "admin_result",
     "client_config",
@@ -115,6 +116,20 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="MS",
         help="give up when no broker answers within this time "
         f"(default {DEFAULT_CONNECT_TIMEOUT_MS})",
+    )
+
+
+def add_state_filter(
+    parser: argparse.ArgumentParser, parse: Callable[[str], Any], *, states: Iterable[str], of: str
+) -> None:
+    """``--state STATE[,STATE...]``, repeatable: ``args.state`` is a list of ``parse`` results."""
+    parser.add_argument(
+        "--state",
+        action="append",
+        default=[],
+        type=parse,
+        metavar="STATE[,STATE...]",
+        help=f"only {of} in these states: " + ", ".join(states) + " (repeatable)",
     )
 
 

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import argparse
 import functools
-import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from confluent_kafka import (
@@ -32,6 +31,7 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata, OffsetSpec
 from riverbed.cli.client import (
     ADMIN_REQUEST_TIMEOUT_S,
     add_action,
+    add_state_filter,
     admin_error_code,
     admin_result,
     connect_admin,
@@ -57,6 +57,7 @@ from riverbed.cli.offset_reset import (
     parse_topic_spec,
     plan_offsets,
 )
+from riverbed.cli.output import notice, print_table
 
 __all__ = ["add_parser"]
 
@@ -76,14 +77,7 @@ def add_parser(commands: Any) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     listing = add_action(actions, "list", run_list, "list consumer groups with type and state")
-    listing.add_argument(
-        "--state",
-        action="append",
-        default=[],
-        type=_states,
-        metavar="STATE[,STATE...]",
-        help="only groups in these states: " + ", ".join(STATE_NAMES.values()) + " (repeatable)",
-    )
+    add_state_filter(listing, _states, states=STATE_NAMES.values(), of="groups")
 
     describe = add_action(
         actions, "describe", run_describe, "committed offsets, lag and members of groups"
@@ -193,18 +187,8 @@ def _states(text: str) -> set[ConsumerGroupState]:
     return states
 
 
-def _print_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
-    """Left-aligned columns as wide as their widest cell, like Kafka's tool prints them."""
-    table = [[str(cell) for cell in row] for row in [headers, *rows]]
-    widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
-    for row in table:
-        print(
-            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        )
-
-
 def _notice(message: str) -> None:
-    print(f"{PREFIX}: {message}", file=sys.stderr)
+    notice(PREFIX, message)
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -219,7 +203,7 @@ def run_list(args: argparse.Namespace) -> int:
         _notice(f"a broker did not list its groups: {error}")
     listings = sorted(result.valid, key=lambda listing: listing.group_id)
     if listings:
-        _print_table(
+        print_table(
             ("GROUP", "TYPE", "STATE"),
             ((g.group_id, _type_name(g), STATE_NAMES.get(g.state, "Unknown")) for g in listings),
         )
@@ -264,7 +248,7 @@ def run_describe(args: argparse.Namespace) -> int:
         if rows:
             if printed:
                 print()
-            _print_table(headers, rows)
+            print_table(headers, rows)
             printed = True
     return status
 
@@ -349,7 +333,7 @@ def run_reset(args: argparse.Namespace) -> int:
     )
     if args.execute:
         commit_offsets(admin, group, plan)
-    _print_table(
+    print_table(
         ("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"),
         ([group, topic, partition, offset] for (topic, partition), offset in plan.items()),
     )
