@@ -16,6 +16,7 @@ from riverbed.cli import (
     groups_command,
     produce_command,
     topics_command,
+    transactions_command,
 )
 from riverbed.cli.errors import CliError
 
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce_command.add_parser(commands)
     consume_command.add_parser(commands)
     groups_command.add_parser(commands)
+    transactions_command.add_parser(commands)
     return parser
 
 

@@ -237,9 +237,10 @@ def free_port() -> int:
 
 @pytest.mark.parametrize(
     "tool",
-    [("topics", "list"), ("produce", "--topic", "t"), ("consume", "--topic", "t")],
-    ids=["topics", "produce", "consume"],
-)
+    [("topics", "list"), ("produce", "--topic", "t"), ("consume", "--topic", "t"),
+     ("transactions", "list"), ("transactions", "describe", "x")],
+    ids=["topics", "produce", "consume", "transactions-list", "transactions-describe"],
+)  # fmt: skip
 def test_unreachable_bootstrap_is_one_line_after_a_bounded_wait(tool: tuple[str, ...]) -> None:
     bootstrap = f"127.0.0.1:{free_port()}"
     started = time.monotonic()
