@@ -85,6 +85,13 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--partition", type=non_negative_int, help="consume only this partition")
     parser.add_argument("--group", metavar="G", help="consume as a member of consumer group G")
     parser.add_argument(
+        "--isolation-level",
+        choices=("read_uncommitted", "read_committed"),
+        default="read_uncommitted",
+        help="read_committed reads only committed transactions, up to the last stable offset "
+        "(default read_uncommitted, as Kafka's console consumer)",
+    )
+    parser.add_argument(
         "--max-messages", type=positive_int, metavar="N", help="exit after N records"
     )
     parser.add_argument(
@@ -165,6 +172,7 @@ def run(args: argparse.Namespace, stdout: BinaryIO | None = None) -> int:
         "enable.auto.commit": "true" if args.group else "false",
         "auto.offset.reset": "earliest" if args.from_beginning else "latest",
         "enable.partition.eof": "true" if args.exit_at_end else "false",
+        "isolation.level": args.isolation_level,
         **overrides,
     }
     consumer = create_client(Consumer, client_config(args, errors, settings))

@@ -156,3 +156,35 @@ def test_describe_of_an_unknown_id_fails_the_run_but_prints_the_others(
 def test_describe_needs_an_id(transactions: Run) -> None:
     result = transactions("describe")
     assert "name a transactional id" in failed(result, code=2)
+
+
+def test_consume_isolation_level_hides_aborted_and_open_transactions(
+    broker_process: BrokerProcess,
+) -> None:
+    bootstrap = broker_process.bootstrap
+    create_topic(bootstrap, "iso", partitions=1)
+    producer = transactional_producer(bootstrap, "iso")
+    for value, commit in ((b"committed", True), (b"aborted", False)):
+        producer.begin_transaction()
+        producer.produce("iso", value, partition=0)
+        assert producer.flush(30) == 0
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+    producer.begin_transaction()
+    producer.produce("iso", b"open", partition=0)
+    assert producer.flush(30) == 0
+
+    def consume(*args: str) -> str:
+        return ok(
+            run_riverbed(
+                "consume", "--topic", "iso", "--from-beginning", "--exit-at-end",
+                "--bootstrap", bootstrap, *args,
+            )
+        )  # fmt: skip
+
+    assert consume() == "committed\naborted\nopen\n"  # Kafka's console default
+    assert consume("--isolation-level", "read_committed") == "committed\n"
+    producer.commit_transaction(30)
+    assert consume("--isolation-level", "read_committed") == "committed\nopen\n"
