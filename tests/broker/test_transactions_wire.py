@@ -290,7 +290,9 @@ def _offset_fetch(client: WireClient, *, require_stable: bool) -> Any:
     return client.request(OFFSET_FETCH, 8, body).groups[0].topics[0].partitions[0]
 
 
-def _txn_offset_commit(client: WireClient, pid: int, epoch: int, offset: int) -> ErrorCode:
+def _txn_offset_commit(
+    client: WireClient, pid: int, epoch: int, offset: int, *, metadata: str = "m"
+) -> ErrorCode:
     body = TxnOffsetCommitRequest(
         transactional_id="o",
         group_id="g",
@@ -307,7 +309,7 @@ def _txn_offset_commit(client: WireClient, pid: int, epoch: int, offset: int) ->
                         partition_index=0,
                         committed_offset=offset,
                         committed_leader_epoch=-1,
-                        committed_metadata="m",
+                        committed_metadata=metadata,
                     ),
                 ),
             ),
@@ -328,6 +330,9 @@ def test_transactional_offsets_are_pending_until_the_commit(broker_process: Brok
             transactional_id="o", producer_id=pid, producer_epoch=epoch, group_id="g"
         )
         assert client.request(ADD_OFFSETS, 3, add).error_code == ErrorCode.none
+        assert _txn_offset_commit(client, pid, epoch, 7, metadata="x" * 4097) == (
+            ErrorCode.offset_metadata_too_large  # offset.metadata.max.bytes, as OffsetCommit
+        )
         assert _txn_offset_commit(client, pid, epoch, 7) == ErrorCode.none
 
         pending = _offset_fetch(client, require_stable=True)

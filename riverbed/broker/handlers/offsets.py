@@ -29,11 +29,14 @@ def partition_exists(state: BrokerState, topic: str, partition: int) -> bool:
     return metadata is not None and 0 <= partition < metadata.partitions
 
 
-async def offset_commit(state: BrokerState, request: Request) -> dict[str, Any]:
-    body = request.body
-    codes: dict[TopicPartition, ErrorCode] = {}
+def requested_offsets(
+    state: BrokerState, topics: Any
+) -> tuple[dict[TopicPartition, OffsetValue], dict[TopicPartition, ErrorCode]]:
+    """The offsets an OffsetCommit or TxnOffsetCommit asks to store, and the partitions
+    refused before the coordinator sees them (unknown, metadata too large)."""
     offsets: dict[TopicPartition, OffsetValue] = {}
-    for topic in body.topics:
+    codes: dict[TopicPartition, ErrorCode] = {}
+    for topic in topics:
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
             metadata = p.committed_metadata
@@ -47,6 +50,12 @@ async def offset_commit(state: BrokerState, request: Request) -> dict[str, Any]:
                     leader_epoch=getattr(p, "committed_leader_epoch", NO_LEADER_EPOCH),
                     metadata=metadata,
                 )
+    return offsets, codes
+
+
+async def offset_commit(state: BrokerState, request: Request) -> dict[str, Any]:
+    body = request.body
+    offsets, codes = requested_offsets(state, body.topics)
     if offsets:
         try:
             code = await state.groups.commit_offsets(

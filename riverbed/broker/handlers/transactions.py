@@ -17,15 +17,13 @@ import re
 from typing import Any
 
 from riverbed.broker.errors import error_code_for
-from riverbed.broker.groups.offsets import OffsetValue, TopicPartition
-from riverbed.broker.handlers.offsets import partition_errors, partition_exists
+from riverbed.broker.handlers.offsets import partition_errors, requested_offsets
 from riverbed.broker.internal_topics import OFFSETS_TOPIC
 from riverbed.broker.state import BrokerState
 from riverbed.broker.txn import TxnState
 from riverbed.log.errors import LogError
 from riverbed.protocol import ErrorCode, Request
 
-NO_LEADER_EPOCH = -1
 KAFKA_STATES = frozenset(
     {s.value for s in TxnState} | {"Dead", "PrepareEpochFence"}  # Kafka's, never held here
 )
@@ -91,19 +89,7 @@ async def end_txn(state: BrokerState, request: Request) -> dict[str, Any]:
 async def txn_offset_commit(state: BrokerState, request: Request) -> dict[str, Any]:
     body = request.body
     group_id = body.group_id
-    offsets: dict[TopicPartition, OffsetValue] = {}
-    codes: dict[TopicPartition, ErrorCode] = {}
-    for topic in body.topics:
-        for p in topic.partitions:
-            tp = (topic.name, p.partition_index)
-            if not partition_exists(state, *tp):
-                codes[tp] = ErrorCode.unknown_topic_or_partition
-            else:
-                offsets[tp] = OffsetValue(
-                    offset=p.committed_offset,
-                    leader_epoch=getattr(p, "committed_leader_epoch", NO_LEADER_EPOCH),
-                    metadata=p.committed_metadata,
-                )
+    offsets, codes = requested_offsets(state, body.topics)
     if offsets:
         code = state.txns.verify(
             body.transactional_id,
