@@ -361,6 +361,10 @@ def test_list_transactions_filters(broker_process: BrokerProcess) -> None:
     create_topic(bootstrap, "t", partitions=1)
     with WireClient(bootstrap) as client:
         a = init_pid(client, "list-a")
+        assert add_partitions(client, "list-a", a.producer_id, 0, {"t": [0]}) == {
+            ("t", 0): ErrorCode.none
+        }
+        assert end_txn(client, "list-a", a.producer_id, 0, commit=True) == ErrorCode.none
         b = init_pid(client, "list-b")
         assert add_partitions(client, "list-b", b.producer_id, 0, {"t": [0]}) == {
             ("t", 0): ErrorCode.none
@@ -381,7 +385,7 @@ def test_list_transactions_filters(broker_process: BrokerProcess) -> None:
             return sorted(rows), list(response.unknown_state_filters)
 
         assert listed() == (
-            [("list-a", a.producer_id, "Empty"), ("list-b", b.producer_id, "Ongoing")],
+            [("list-a", a.producer_id, "CompleteCommit"), ("list-b", b.producer_id, "Ongoing")],
             [],
         )
         assert listed(states=("Ongoing", "Bogus")) == (
@@ -389,8 +393,9 @@ def test_list_transactions_filters(broker_process: BrokerProcess) -> None:
             ["Bogus"],
         )
         assert listed(states=("Bogus",)) == ([], ["Bogus"])
-        assert listed(pids=(a.producer_id,)) == ([("list-a", a.producer_id, "Empty")], [])
+        assert listed(pids=(a.producer_id,)) == ([("list-a", a.producer_id, "CompleteCommit")], [])
         assert listed(duration=3_600_000) == ([], [])  # nothing has run for an hour
+        # Only open transactions have a duration: list-a's finished one does not count.
         assert listed(duration=0) == ([("list-b", b.producer_id, "Ongoing")], [])
 
 

@@ -235,8 +235,7 @@ class TransactionCoordinator:
                 if producer_id != meta.producer_id:
                     return E.producer_fenced, NO_PRODUCER_ID, -1
                 if producer_epoch != meta.producer_epoch:
-                    open_txn = meta.state is TxnState.ONGOING or meta.state.is_prepare
-                    if producer_epoch != meta.last_producer_epoch or open_txn:
+                    if producer_epoch != meta.last_producer_epoch or _is_open(meta):
                         return E.producer_fenced, NO_PRODUCER_ID, -1
                     # Its epoch was bumped already (a lost answer, or the coordinator aborted
                     # its timed-out transaction): it goes on with the current epoch.
@@ -365,7 +364,8 @@ class TransactionCoordinator:
         min_duration_ms: int = -1,
     ) -> list[TxnMetadata]:
         """ListTransactions: every id, filtered by state name, producer id and how long its
-        open transaction has run (empty filters match everything)."""
+        open transaction has run (KIP-994: only open ones match a duration; empty filters
+        match everything)."""
         state_filter, pid_filter = set(states), set(producer_ids)
         now = self._timers.now_ms()
         return [
@@ -373,10 +373,7 @@ class TransactionCoordinator:
             for meta in self._txns.values()
             if (not state_filter or meta.state.value in state_filter)
             and (not pid_filter or meta.producer_id in pid_filter)
-            and (
-                min_duration_ms < 0
-                or (meta.start_ms >= 0 and now - meta.start_ms >= min_duration_ms)
-            )
+            and (min_duration_ms < 0 or (_is_open(meta) and now - meta.start_ms >= min_duration_ms))
         ]
 
     # --- the steps --------------------------------------------------------------------------
@@ -615,3 +612,8 @@ class TransactionCoordinator:
     def states(self) -> Mapping[str, TxnMetadata]:
         """The cached state per id (read-only view for tests and tools)."""
         return dict(self._txns)
+
+
+def _is_open(meta: TxnMetadata) -> bool:
+    """Has a transaction begun that is not complete yet?"""
+    return meta.state is TxnState.ONGOING or meta.state.is_prepare
