@@ -354,6 +354,8 @@ def run(data_dir: Path, *, count: int) -> None:
     print("  .venv/bin/riverbed consume --topic clicks --from-beginning --exit-at-end")
     print("  .venv/bin/riverbed consume --topic clicks --group readers --from-beginning")
     print("  .venv/bin/riverbed groups describe readers")
+    print("  .venv/bin/riverbed consume --topic clicks --isolation-level read_committed")
+    print("  .venv/bin/riverbed transactions list")
 
 
 def main() -> None:
