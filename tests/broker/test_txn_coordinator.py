@@ -15,7 +15,7 @@ import pytest
 
 from riverbed.broker.groups import ManualTimers
 from riverbed.broker.txn import TransactionCoordinator, TxnSettings, TxnState
-from riverbed.broker.txn.coordinator import MAX_EPOCH
+from riverbed.broker.txn.engine import MAX_EPOCH
 from riverbed.log.config import LogConfig
 from riverbed.log.log import Log
 from riverbed.log.manager import LogManager
