@@ -26,6 +26,7 @@ from riverbed.protocol.errors import (
     RemoteProtocolError,
     UnsupportedVersionError,
 )
+from riverbed.protocol.produce_response import encode_produce_response_body
 from riverbed.protocol.versions import SUPPORTED_APIS, ApiKey, advertised_apis
 
 __all__ = (
@@ -151,22 +152,34 @@ def _response_plan(
 def encode_response_parts(request: Request, body: Mapping[str, Any] | Any) -> list[Any]:
     """Like ``encode_response``, as a list of buffers for ``writelines`` (records not copied)."""
     schema, writer, header_v1 = _response_plan(request.api_key, request.api_version)
-    entity = shape_entity(schema, body)
     chunks = _Chunks()
-    try:
-        writer(chunks, entity)
-    except LocalProtocolError:
-        raise
-    except Exception as e:  # kio raises struct.error, OutOfBoundValue, TypeError, ...
-        raise LocalProtocolError(
-            f"cannot encode {request.api_key.name} v{request.api_version} response: {e}"
-        ) from e
+    fast = None
+    if request.api_key == ApiKey.PRODUCE and isinstance(body, Mapping):
+        fast = encode_produce_response_body(request.api_version, body)
+    if fast is not None:
+        chunks.append(fast)
+    else:
+        _write_with_kio(request, schema, writer, body, chunks)
     header = _CORRELATION.pack(request.correlation_id)
     if header_v1:
         header += b"\x00"  # no tagged fields
     size = len(header) + sum(map(len, chunks))
     chunks[0:0] = (_SIZE.pack(size), header)
     return chunks
+
+
+def _write_with_kio(
+    request: Request, schema: type[Any], writer: Callable[..., None], body: Any, out: _Chunks
+) -> None:
+    entity = shape_entity(schema, body)
+    try:
+        writer(out, entity)
+    except LocalProtocolError:
+        raise
+    except Exception as e:  # kio raises struct.error, OutOfBoundValue, TypeError, ...
+        raise LocalProtocolError(
+            f"cannot encode {request.api_key.name} v{request.api_version} response: {e}"
+        ) from e
 
 
 def encode_response(request: Request, body: Mapping[str, Any] | Any) -> bytes:
