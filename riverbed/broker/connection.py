@@ -97,7 +97,9 @@ class Connection:
         idle_s = self._state.config.connections_max_idle_ms / 1000
         while True:
             try:
-                data = await asyncio.wait_for(self._reader.read(READ_CHUNK_BYTES), idle_s)
+                # asyncio.timeout, not wait_for: wait_for wraps every read in a new task.
+                async with asyncio.timeout(idle_s):
+                    data = await self._reader.read(READ_CHUNK_BYTES)
             except TimeoutError:
                 if self._slots.locked() or not self._pending.empty():
                     continue  # requests still running: not idle
