@@ -302,10 +302,13 @@ class BrokerConfig:
                 unknown.append(name)
         if listen is not None:
             values["listen"] = Listener.parse(listen)
-        try:
-            log_defaults = LogConfig.from_properties(log_overrides, base=LogConfig())
-        except InvalidConfigError as e:
-            raise ConfigError(str(e)) from None
+        for topic_name, text in log_overrides.items():  # each error under the name given
+            definition = TOPIC_CONFIGS[topic_name]
+            try:
+                definition.parse(text)
+            except InvalidConfigError as e:
+                raise ConfigError(f"{definition.broker_name}={text!r}: {e}") from None
+        log_defaults = LogConfig.from_properties(log_overrides, base=LogConfig())
         config = cls(data_dir=data_dir, log_defaults=log_defaults)
         return dataclasses.replace(config, **values), unknown  # type: ignore[arg-type]
 

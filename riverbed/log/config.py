@@ -3,7 +3,9 @@
 :data:`TOPIC_CONFIGS` maps each topic-level name (``segment.bytes``) to the broker-level
 name that sets its default (``log.segment.bytes``), Kafka's default value, a parser that
 turns the property string into the typed value (InvalidConfigError on a bad one) and a
-one-line doc. Retention and compaction are only carried here; nothing enforces them yet.
+one-line doc. Retention and compaction are only carried here; nothing enforces them yet
+(issue 5), and the replication settings of a one-broker cluster are carried so that tools
+which set them are not refused.
 """
 
 from __future__ import annotations
@@ -37,6 +39,16 @@ can roll segments after every batch."""
 MIN_SEGMENT_INDEX_BYTES = 8
 """One offset-index entry."""
 
+LONG_MAX = 2**63 - 1
+DELETE_RETENTION_MS = DAY_MS
+"""log.cleaner.delete.retention.ms default: 1 day."""
+FILE_DELETE_DELAY_MS = 60_000
+"""log.segment.delete.delay.ms default."""
+MIN_CLEANABLE_DIRTY_RATIO = 0.5
+"""log.cleaner.min.cleanable.ratio default."""
+TIMESTAMP_AFTER_MAX_MS = 3_600_000
+"""log.message.timestamp.after.max.ms default since Kafka 4.0: 1 hour."""
+
 _CLEANUP_POLICIES = frozenset({"delete", "compact", "compact,delete", "delete,compact"})
 _COMPRESSION_TYPES = frozenset({"producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"})
 _TIMESTAMP_TYPES = {
@@ -66,6 +78,23 @@ def _choice_parser(choices: frozenset[str]) -> Callable[[str], str]:
         return value
 
     return parse
+
+
+def _ratio_parser(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise InvalidConfigError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise InvalidConfigError(f"{value} is outside [0, 1]")
+    return value
+
+
+def _bool_parser(text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidConfigError(f"{text!r} is not true or false")
+    return value == "true"
 
 
 def _parse_timestamp_type(text: str) -> TimestampType:
@@ -157,6 +186,84 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = {
         parse=_choice_parser(_COMPRESSION_TYPES),
         doc="producer keeps the producer's codec (the only value the log implements yet).",
     ),
+    "delete.retention.ms": ConfigDef(
+        field="delete_retention_ms",
+        broker_name="log.cleaner.delete.retention.ms",
+        default=DELETE_RETENTION_MS,
+        parse=_int_parser(minimum=0),
+        doc="How long a compacted topic keeps tombstones and transaction markers "
+        "(not enforced yet).",
+    ),
+    "min.cleanable.dirty.ratio": ConfigDef(
+        field="min_cleanable_dirty_ratio",
+        broker_name="log.cleaner.min.cleanable.ratio",
+        default=MIN_CLEANABLE_DIRTY_RATIO,
+        parse=_ratio_parser,
+        doc="Compact a log once this share of it is not yet compacted (not enforced yet).",
+    ),
+    "min.compaction.lag.ms": ConfigDef(
+        field="min_compaction_lag_ms",
+        broker_name="log.cleaner.min.compaction.lag.ms",
+        default=0,
+        parse=_int_parser(minimum=0),
+        doc="Records younger than this are never compacted (not enforced yet).",
+    ),
+    "max.compaction.lag.ms": ConfigDef(
+        field="max_compaction_lag_ms",
+        broker_name="log.cleaner.max.compaction.lag.ms",
+        default=LONG_MAX,
+        parse=_int_parser(minimum=1),
+        doc="Records older than this are compacted whatever the dirty ratio (not enforced yet).",
+    ),
+    "file.delete.delay.ms": ConfigDef(
+        field="file_delete_delay_ms",
+        broker_name="log.segment.delete.delay.ms",
+        default=FILE_DELETE_DELAY_MS,
+        parse=_int_parser(minimum=0),
+        doc="How long a deleted segment's files are kept before removal (not enforced yet).",
+    ),
+    "message.timestamp.before.max.ms": ConfigDef(
+        field="message_timestamp_before_max_ms",
+        broker_name="log.message.timestamp.before.max.ms",
+        default=LONG_MAX,
+        parse=_int_parser(minimum=0),
+        doc="Largest allowed age of a CreateTime timestamp (not enforced yet).",
+    ),
+    "message.timestamp.after.max.ms": ConfigDef(
+        field="message_timestamp_after_max_ms",
+        broker_name="log.message.timestamp.after.max.ms",
+        default=TIMESTAMP_AFTER_MAX_MS,
+        parse=_int_parser(minimum=0),
+        doc="Largest allowed lead of a CreateTime timestamp (not enforced yet).",
+    ),
+    "flush.messages": ConfigDef(
+        field="flush_messages",
+        broker_name="log.flush.interval.messages",
+        default=LONG_MAX,
+        parse=_int_parser(minimum=1),
+        doc="fsync after this many records (acks=all is fsynced anyway; not enforced yet).",
+    ),
+    "flush.ms": ConfigDef(
+        field="flush_ms",
+        broker_name="log.flush.interval.ms",
+        default=LONG_MAX,
+        parse=_int_parser(minimum=0),
+        doc="fsync after this long (acks=all is fsynced anyway; not enforced yet).",
+    ),
+    "min.insync.replicas": ConfigDef(
+        field="min_insync_replicas",
+        broker_name="min.insync.replicas",
+        default=1,
+        parse=_int_parser(minimum=1, maximum=1),
+        doc="One broker, one replica: always 1.",
+    ),
+    "unclean.leader.election.enable": ConfigDef(
+        field="unclean_leader_election_enable",
+        broker_name="unclean.leader.election.enable",
+        default=False,
+        parse=_bool_parser,
+        doc="Carried for tools that set it; one broker has no other replica to elect.",
+    ),
 }
 
 
@@ -174,6 +281,17 @@ class LogConfig:
     retention_ms: int = RETENTION_MS
     retention_bytes: int = RETENTION_BYTES
     compression_type: str = "producer"
+    delete_retention_ms: int = DELETE_RETENTION_MS
+    min_cleanable_dirty_ratio: float = MIN_CLEANABLE_DIRTY_RATIO
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    file_delete_delay_ms: int = FILE_DELETE_DELAY_MS
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = TIMESTAMP_AFTER_MAX_MS
+    flush_messages: int = LONG_MAX
+    flush_ms: int = LONG_MAX
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
 
     @classmethod
     def from_properties(cls, overrides: Mapping[str, str], *, base: LogConfig) -> LogConfig:
@@ -197,5 +315,7 @@ class LogConfig:
             value = getattr(self, definition.field)
             if isinstance(value, TimestampType):
                 value = next(k for k, v in _TIMESTAMP_TYPES.items() if v is value)
+            elif isinstance(value, bool):
+                value = "true" if value else "false"  # Kafka's spelling
             properties[name] = str(value)
         return properties

@@ -60,7 +60,8 @@ def test_config_file_and_set_overrides_use_kafka_names(tmp_path: Path) -> None:
         (["--set", "num.partitions=zero"], "num.partitions='zero'"),
         (["--set", "novalue"], "expected key=value"),
         (["--listen", "nowhere"], "is not HOST:PORT"),
-        (["--set", "log.segment.bytes=1"], "segment.bytes"),
+        (["--set", "log.segment.bytes=1"], "log.segment.bytes='1': 1 is outside"),
+        (["--set", "log.cleaner.min.cleanable.ratio=2"], "log.cleaner.min.cleanable.ratio='2'"),
         (["--config", "/nonexistent/server.properties"], "cannot read --config"),
     ],
 )

@@ -101,15 +101,26 @@ def test_config_properties_round_trip() -> None:
             "message.timestamp.type": "LogAppendTime",
             "cleanup.policy": "compact",
             "retention.bytes": "-1",
+            "min.cleanable.dirty.ratio": "0.25",
+            "delete.retention.ms": "1000",
+            "unclean.leader.election.enable": "TRUE",
         },
         base=LogConfig(),
     )
     assert config.segment_ms == 60000
+    assert (config.min_cleanable_dirty_ratio, config.delete_retention_ms) == (0.25, 1000)
+    assert config.unclean_leader_election_enable is True
     assert config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
     properties = config.to_properties()
     assert set(properties) == set(TOPIC_CONFIGS)
     assert LogConfig.from_properties(properties, base=LogConfig()) == config
     assert LogConfig().to_properties()["segment.bytes"] == str(1 << 30)
+    defaults = LogConfig().to_properties()  # Kafka 4's defaults, in Kafka's spelling
+    assert defaults["delete.retention.ms"] == "86400000"
+    assert defaults["min.cleanable.dirty.ratio"] == "0.5"
+    assert defaults["max.compaction.lag.ms"] == str(2**63 - 1)
+    assert defaults["message.timestamp.after.max.ms"] == "3600000"
+    assert defaults["unclean.leader.election.enable"] == "false"
     assert TOPIC_CONFIGS["segment.bytes"].broker_name == "log.segment.bytes"
 
 
@@ -122,6 +133,11 @@ def test_config_properties_round_trip() -> None:
         ("cleanup.policy", "keep"),
         ("compression.type", "brotli"),
         ("message.timestamp.type", "Now"),
+        ("min.cleanable.dirty.ratio", "1.5"),
+        ("min.cleanable.dirty.ratio", "half"),
+        ("max.compaction.lag.ms", "0"),
+        ("min.insync.replicas", "2"),  # one broker: one replica
+        ("unclean.leader.election.enable", "yes"),
         ("unknown.name", "1"),
     ],
 )
