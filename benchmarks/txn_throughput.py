@@ -36,8 +36,10 @@ from broker_throughput import (
     machine,
     start_broker,
 )
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from riverbed.demo import count_records
 
 
 def create(bootstrap: str, topic: str) -> None:
@@ -107,30 +109,6 @@ def transactional(bootstrap: str, topic: str, count: int, per_txn: int, producer
     return elapsed
 
 
-def count_committed(bootstrap: str, topic: str) -> int:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "bench-check",
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    seen, eof = 0, set()
-    deadline = time.monotonic() + 300
-    while len(eof) < PARTITIONS and time.monotonic() < deadline:
-        for message in consumer.consume(num_messages=100_000, timeout=0.5):
-            error = message.error()
-            if error is None:
-                seen += 1
-            elif error.code() == KafkaError._PARTITION_EOF:
-                eof.add(message.partition())
-    consumer.close()
-    return seen
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
@@ -161,7 +139,13 @@ def main() -> None:
                     seconds = transactional(
                         bootstrap, topic, args.messages, args.per_txn, producers
                     )
-                    visible = count_committed(bootstrap, topic)
+                    visible = count_records(
+                        bootstrap,
+                        topic,
+                        partitions=PARTITIONS,
+                        isolation="read_committed",
+                        timeout_s=300,
+                    )
                     if visible != args.messages:
                         sys.exit(f"read_committed saw {visible} of {args.messages} messages")
                     runs[producers].append(args.messages / seconds)

@@ -166,8 +166,11 @@ def _show_data_dir(data_dir: Path) -> None:
             )
 
 
-def _count(bootstrap: str, topic: str, *, isolation: str) -> int:
-    """Records of ``topic`` a consumer with this isolation level reads from the start."""
+def count_records(
+    bootstrap: str, topic: str, *, partitions: int, isolation: str, timeout_s: float = 60
+) -> int:
+    """Records of ``topic`` a consumer with this isolation level reads from the start to
+    the end of each partition (also used by ``benchmarks/txn_throughput.py``)."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -178,10 +181,10 @@ def _count(bootstrap: str, topic: str, *, isolation: str) -> int:
             "fetch.queue.backoff.ms": 10,
         }
     )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     seen, eof = 0, set()
-    deadline = time.monotonic() + 60
-    while len(eof) < PARTITIONS and time.monotonic() < deadline:
+    deadline = time.monotonic() + timeout_s
+    while len(eof) < partitions and time.monotonic() < deadline:
         for message in consumer.consume(num_messages=10_000, timeout=0.2):
             error = message.error()
             if error is None:
@@ -246,8 +249,12 @@ def _exactly_once(bootstrap: str, *, total: int) -> None:
         f"{copied:,} clicks copied in {transactions} transactions in {elapsed:.2f} s, "
         f"then 100 junk records written and aborted"
     )
-    committed = _count(bootstrap, EOS_TOPIC, isolation="read_committed")
-    everything = _count(bootstrap, EOS_TOPIC, isolation="read_uncommitted")
+    committed = count_records(
+        bootstrap, EOS_TOPIC, partitions=PARTITIONS, isolation="read_committed"
+    )
+    everything = count_records(
+        bootstrap, EOS_TOPIC, partitions=PARTITIONS, isolation="read_uncommitted"
+    )
     print(f"read_committed reader: {committed:,} records (each click once: {committed == total})")
     print(f"read_uncommitted reader: {everything:,} records (the aborted junk too)")
 
