@@ -8,7 +8,10 @@ so an existing ``server.properties`` can be reused), bad values raise :class:`Co
 
 Log-level settings (``log.segment.bytes``, ``log.retention.ms``, ...) are the broker-wide
 defaults of the topic-level settings in :data:`riverbed.log.config.TOPIC_CONFIGS`; the
-mapping between the two names lives there, so this module only adds the broker's own.
+mapping between the two names lives there, so this module only adds the broker's own and
+Kafka's coarser aliases of two of them (:data:`LOG_TIME_ALIASES`): ``log.retention.minutes``
+and ``log.retention.hours`` for ``log.retention.ms``, ``log.roll.hours`` for ``log.roll.ms``.
+As in Kafka, the finest unit given wins (ms over minutes over hours).
 """
 
 from __future__ import annotations
@@ -17,11 +20,20 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 from riverbed.log.config import TOPIC_CONFIGS, LogConfig
 from riverbed.log.errors import InvalidConfigError
 
-__all__ = ["BROKER_SETTINGS", "BrokerConfig", "ConfigError", "Listener", "parse_properties"]
+__all__ = [
+    "BROKER_SETTINGS",
+    "LOG_TIME_ALIASES",
+    "BrokerConfig",
+    "ConfigError",
+    "Listener",
+    "log_setting_names",
+    "parse_properties",
+]
 
 # Kafka's default port; DESIGN.md makes 127.0.0.1:9092 the default listen address.
 DEFAULT_LISTEN = "127.0.0.1:9092"
@@ -63,7 +75,10 @@ def _bool(text: str) -> bool:
 
 def _int_in(low: int, high: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
-        value = int(text.strip())
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ValueError(f"expected a whole number, got {text!r}") from None
         if not low <= value <= high:
             raise ValueError(f"expected a whole number in [{low}, {high}], got {value}")
         return value
@@ -72,6 +87,28 @@ def _int_in(low: int, high: int) -> Callable[[str], int]:
 
 
 _INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+DOUBLE_MAX = 1.7976931348623157e308
+"""Java's Double.MAX_VALUE, Kafka's "no limit" for byte rates."""
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError(f"expected a number, got {text!r}") from None
+    if not value > 0:  # also refuses NaN
+        raise ValueError(f"expected a number above 0, got {text.strip()}")
+    return value
+
+
+def _one_cleaner_thread(text: str) -> int:
+    value = _int_in(1, _INT32_MAX)(text)
+    if value != 1:
+        raise ValueError(
+            f"riverbed compacts with one cleaner thread; only 1 is accepted, not {value}"
+        )
+    return value
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -136,6 +173,42 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         attribute="log_flush_offset_checkpoint_interval_ms",
         parse=_int_in(1, _INT32_MAX),
         doc="How often every log is fsynced and its recovery point saved.",
+    ),
+    Setting(
+        name="log.retention.check.interval.ms",
+        attribute="log_retention_check_interval_ms",
+        parse=_int_in(1, _INT64_MAX),
+        doc="How often logs are checked for segments to delete by retention.ms/retention.bytes.",
+    ),
+    Setting(
+        name="log.cleaner.enable",
+        attribute="log_cleaner_enable",
+        parse=_bool,
+        doc="Run the log cleaner, which compacts topics with cleanup.policy=compact.",
+    ),
+    Setting(
+        name="log.cleaner.backoff.ms",
+        attribute="log_cleaner_backoff_ms",
+        parse=_int_in(0, _INT64_MAX),
+        doc="How long the cleaner sleeps when no log needs cleaning.",
+    ),
+    Setting(
+        name="log.cleaner.threads",
+        attribute="log_cleaner_threads",
+        parse=_one_cleaner_thread,
+        doc="Cleaner threads: riverbed has one, so only 1 is accepted.",
+    ),
+    Setting(
+        name="log.cleaner.dedupe.buffer.size",
+        attribute="log_cleaner_dedupe_buffer_size",
+        parse=_int_in(1, _INT64_MAX),
+        doc="Memory for the cleaner's key-to-offset map (bytes): how many keys one pass dedupes.",
+    ),
+    Setting(
+        name="log.cleaner.io.max.bytes.per.second",
+        attribute="log_cleaner_io_max_bytes_per_second",
+        parse=_positive_float,
+        doc="Throttle on the cleaner's reads and writes together (bytes per second).",
     ),
     Setting(
         name="queued.max.requests.per.connection",
@@ -238,6 +311,52 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TimeAlias:
+    """A coarser broker-level name for a topic config in milliseconds (Kafka's synonyms)."""
+
+    name: str
+    topic_config: str
+    unit_ms: int
+    parse: Callable[[str], int]
+
+    def to_ms(self, value: int) -> int:
+        """Milliseconds for ``value`` units; -1 (no limit) stays -1, as Kafka reads it."""
+        return -1 if value < 0 else value * self.unit_ms
+
+
+# Kafka's DynamicBrokerConfig.brokerConfigSynonyms, finest first: the ms name (the broker name
+# in TOPIC_CONFIGS) wins over these, and minutes over hours. They are ints in Kafka.
+LOG_TIME_ALIASES: tuple[TimeAlias, ...] = (
+    TimeAlias(
+        name="log.retention.minutes",
+        topic_config="retention.ms",
+        unit_ms=60_000,
+        parse=_int_in(-1, _INT32_MAX),
+    ),
+    TimeAlias(
+        name="log.retention.hours",
+        topic_config="retention.ms",
+        unit_ms=3_600_000,
+        parse=_int_in(-1, _INT32_MAX),
+    ),
+    TimeAlias(
+        name="log.roll.hours",
+        topic_config="segment.ms",
+        unit_ms=3_600_000,
+        parse=_int_in(1, _INT32_MAX),
+    ),
+)
+_ALIASES = {alias.name: alias for alias in LOG_TIME_ALIASES}
+
+
+def log_setting_names(topic_config: str) -> tuple[str, ...]:
+    """The broker-level names that set a topic config's default, the winning one first
+    (``retention.ms``: ``log.retention.ms``, ``log.retention.minutes``, ``log.retention.hours``)."""
+    aliases = (a.name for a in LOG_TIME_ALIASES if a.topic_config == topic_config)
+    return (TOPIC_CONFIGS[topic_config].broker_name, *aliases)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BrokerConfig:
     """The effective configuration of one broker."""
 
@@ -250,6 +369,12 @@ class BrokerConfig:
     socket_request_max_bytes: int = 104_857_600  # Kafka default: 100 MiB.
     connections_max_idle_ms: int = 600_000  # Kafka default: 10 minutes.
     log_flush_offset_checkpoint_interval_ms: int = 60_000  # Kafka default: 1 minute.
+    log_retention_check_interval_ms: int = 300_000  # Kafka default: 5 minutes.
+    log_cleaner_enable: bool = True  # Kafka default.
+    log_cleaner_backoff_ms: int = 15_000  # Kafka default: 15 seconds.
+    log_cleaner_threads: int = 1  # Kafka default (and riverbed's only choice).
+    log_cleaner_dedupe_buffer_size: int = 134_217_728  # Kafka default: 128 MiB.
+    log_cleaner_io_max_bytes_per_second: float = DOUBLE_MAX  # Kafka: Double.MAX_VALUE.
     # Kafka's queued.max.requests is 500 for the whole broker; per connection, librdkafka and
     # the Java client keep at most 5 requests in flight, so 16 never throttles a real client.
     max_in_flight_per_connection: int = 16
@@ -269,6 +394,9 @@ class BrokerConfig:
     transaction_state_log_segment_bytes: int = 104_857_600  # Kafka default: 100 MiB.
     transactional_id_expiration_ms: int = 604_800_000  # Kafka default: 7 days.
     log_defaults: LogConfig = field(default_factory=LogConfig)
+    static_settings: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    """Every recognised setting as the user gave it (file, --set, --listen), by Kafka name:
+    what DescribeConfigs reports as STATIC_BROKER_CONFIG."""
 
     @classmethod
     def build(
@@ -283,7 +411,8 @@ class BrokerConfig:
         ``listen`` (the ``--listen`` flag) wins over ``listeners`` in the properties.
         """
         values: dict[str, object] = {}
-        log_overrides: dict[str, str] = {}
+        given: dict[str, str] = {}
+        log_settings: dict[str, str] = {}
         unknown: list[str] = []
         by_name = {setting.name: setting for setting in BROKER_SETTINGS}
         topic_by_broker_name = {spec.broker_name: name for name, spec in TOPIC_CONFIGS.items()}
@@ -294,22 +423,23 @@ class BrokerConfig:
                     values[setting.attribute] = setting.parse(text)
                 except (ValueError, ConfigError) as e:
                     raise ConfigError(f"{name}={text!r}: {e}") from None
-            elif name in topic_by_broker_name:
-                log_overrides[topic_by_broker_name[name]] = text
+            elif name in topic_by_broker_name or name in _ALIASES:
+                log_settings[name] = text
             elif name in ("log.dirs", "log.dir", "process.roles"):
                 continue  # the data directory comes from --data-dir; one process, one role
             else:
                 unknown.append(name)
+                continue
+            given[name] = text
         if listen is not None:
             values["listen"] = Listener.parse(listen)
-        for topic_name, text in log_overrides.items():  # each error under the name given
-            definition = TOPIC_CONFIGS[topic_name]
-            try:
-                definition.parse(text)
-            except InvalidConfigError as e:
-                raise ConfigError(f"{definition.broker_name}={text!r}: {e}") from None
-        log_defaults = LogConfig.from_properties(log_overrides, base=LogConfig())
-        config = cls(data_dir=data_dir, log_defaults=log_defaults)
+            given["listeners"] = listen
+        log_defaults = LogConfig.from_properties(
+            _log_overrides(log_settings, topic_by_broker_name), base=LogConfig()
+        )
+        config = cls(
+            data_dir=data_dir, log_defaults=log_defaults, static_settings=MappingProxyType(given)
+        )
         return dataclasses.replace(config, **values), unknown  # type: ignore[arg-type]
 
     def advertised_listener(self, *, bound_port: int) -> Listener:
@@ -320,6 +450,30 @@ class BrokerConfig:
         if host in ("0.0.0.0", "::", ""):
             host = "127.0.0.1"  # a wildcard is no address to connect to
         return Listener(host=host, port=bound_port)
+
+
+def _log_overrides(
+    log_settings: Mapping[str, str], topic_by_broker_name: Mapping[str, str]
+) -> dict[str, str]:
+    """Topic-level properties for the broker-level log settings given; each value is checked
+    (and reported) under the name the user gave, and of synonyms the finest unit wins."""
+    parsed: dict[str, str] = {}
+    for name, text in log_settings.items():
+        alias = _ALIASES.get(name)
+        try:
+            if alias is not None:
+                parsed[name] = str(alias.to_ms(alias.parse(text)))
+            else:
+                TOPIC_CONFIGS[topic_by_broker_name[name]].parse(text)
+                parsed[name] = text
+        except (ValueError, InvalidConfigError) as e:
+            raise ConfigError(f"{name}={text!r}: {e}") from None
+    overrides: dict[str, str] = {}
+    for topic_name in TOPIC_CONFIGS:
+        winner = next((n for n in log_setting_names(topic_name) if n in parsed), None)
+        if winner is not None:
+            overrides[topic_name] = parsed[winner]
+    return overrides
 
 
 def parse_properties(lines: Iterable[str], *, source: str) -> dict[str, str]:
