@@ -10,7 +10,7 @@ integers big-endian::
         16     1  magic                 (= 2)
         17     4  crc                   (CRC-32C of bytes 21..end, unsigned)
         21     2  attributes            (bits 0-2 codec, 3 timestamp type, 4 transactional,
-                                         5 control)
+                                         5 control, 6 delete horizon: see below)
         23     4  last_offset_delta
         27     8  base_timestamp
         35     8  max_timestamp
@@ -20,6 +20,10 @@ integers big-endian::
         57     4  records_count
         61        records...
 
+With the delete-horizon bit (KIP-534, set only by the log cleaner) ``base_timestamp`` is the
+time after which the cleaner may remove the batch's tombstones and transaction markers;
+record timestamps are still ``base_timestamp + timestamp_delta``.
+
 The CRC does not cover the first 21 bytes, so the log assigns offsets by overwriting
 ``base_offset`` without recomputing it (Kafka's ``setLastOffset``). Nothing here decodes
 records; see :mod:`riverbed.log.records` for that.
@@ -27,6 +31,7 @@ records; see :mod:`riverbed.log.records` for that.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import struct
 from collections.abc import Iterator
@@ -61,6 +66,7 @@ _CODEC_MASK = 0x07
 _TIMESTAMP_TYPE_BIT = 0x08
 _TRANSACTIONAL_BIT = 0x10
 _CONTROL_BIT = 0x20
+DELETE_HORIZON_BIT = 0x40
 
 assert _HEADER.size == HEADER_SIZE
 
@@ -132,6 +138,10 @@ class BatchHeader:
     @property
     def is_control(self) -> bool:
         return bool(self.attributes & _CONTROL_BIT)
+
+    @property
+    def has_delete_horizon(self) -> bool:
+        return bool(self.attributes & DELETE_HORIZON_BIT)
 
     @property
     def last_sequence(self) -> int:
@@ -271,6 +281,21 @@ def encode_header(header: BatchHeader) -> bytes:
         header.base_sequence,
         header.records_count,
     )
+
+
+def encode_batch(header: BatchHeader, payload: bytes | bytearray) -> bytes:
+    """A complete batch: ``header`` (its batch_length and crc recomputed) + ``payload``
+    (the records, compressed as the header's attributes say)."""
+    batch = bytearray(
+        encode_header(
+            dataclasses.replace(
+                header, batch_length=HEADER_SIZE - LOG_OVERHEAD + len(payload), crc=0
+            )
+        )
+    )
+    batch += payload
+    _CRC.pack_into(batch, CRC_OFFSET, compute_crc(batch))
+    return bytes(batch)
 
 
 def make_attributes(

@@ -8,12 +8,22 @@ Files beside the segments (all in the partition directory):
 - ``recovery-point``: ``"0\\n<offset>\\n"`` (version, offset), written by rename + fsync
   after every segment below ``offset`` and its indexes and producer snapshot are fsynced
   (by ``Log.flush`` after a roll, and after recovery).
+- ``log-start-offset``: the same format; the log start offset once it is past the first
+  segment's base (DeleteRecords, retention). Written (fsynced) before any segment is deleted,
+  so after a crash the segments wholly below it are deleted here, and reads below it are
+  refused either way. Kafka keeps one ``log-start-offset-checkpoint`` per data directory;
+  one file per partition needs no coordination between partitions.
+- ``*.deleted``: segment files retention or the cleaner removed, waiting for
+  ``file.delete.delay.ms``; removed here. ``cleaner-swap`` and ``*.cleaned``: a cleaning
+  in progress (see :mod:`riverbed.log.swap`); it is completed or discarded here first.
 
 Recovery after a crash is Kafka's ``LogLoader``: one linear scan of the segments from the
 recovery point on (usually just the active one) validating each batch (header, CRC-32C,
-offsets dense), stopping at the first bad or torn one, truncating there and deleting any
-later segments; their indexes are rebuilt on the way. Without a readable recovery point the
-scan starts at the first segment. Segments below the recovery point are only listed, so
+offsets dense: the cleaner only rewrites segments below the recovery point, so the tail
+has no compaction gaps; without a readable recovery point the scan starts at the first
+segment and only requires offsets to grow, as Kafka does), stopping at the first bad or torn
+one, truncating there and deleting any later segments; their indexes are rebuilt on the
+way. Segments below the recovery point are only listed, so
 start-up time depends on the size of the tail, not of the log.
 
 Producer state comes from the newest snapshot at or below the recovery point plus the batch
@@ -35,7 +45,7 @@ from pathlib import Path
 
 from riverbed.log.batch import BatchHeader
 from riverbed.log.config import LogConfig
-from riverbed.log.index import fsync_path
+from riverbed.log.index import fsync_path, write_atomically
 from riverbed.log.producer_state import (
     ProducerStateManager,
     delete_snapshots,
@@ -49,10 +59,12 @@ from riverbed.log.segment import (
     LogSegment,
     scan_batches,
 )
+from riverbed.log.swap import CLEANED_SUFFIX, DELETED_SUFFIX, complete_swap
 from riverbed.log.txn_index import TXN_INDEX_SUFFIX
 
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
 RECOVERY_POINT_FILE = "recovery-point"
+LOG_START_OFFSET_FILE = "log-start-offset"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -65,28 +77,19 @@ class LoadedLog:
     recovered_from: int | None
     """Offset the recovery scan started at; None after a clean shutdown."""
     truncated_bytes: int
+    log_start_offset: int
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """tmp + fsync + rename + directory fsync."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+def write_offset_file(path: Path, offset: int) -> None:
+    """``"0\\n<offset>\\n"`` (version 0), atomically and durably."""
+    write_atomically(path, f"0\n{offset}\n".encode())
+
+
+def read_offset_file(path: Path) -> int | None:
+    """The offset in a file written by :func:`write_offset_file`; None if it is missing or
+    unreadable (the callers then fall back to what the segments say)."""
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_path(path.parent)
-
-
-def write_recovery_point(directory: Path, offset: int) -> None:
-    write_atomically(directory / RECOVERY_POINT_FILE, f"0\n{offset}\n".encode())
-
-
-def read_recovery_point(directory: Path) -> int | None:
-    try:
-        lines = (directory / RECOVERY_POINT_FILE).read_text().split("\n")
+        lines = path.read_text().split("\n")
         if lines[0] == "0" and lines[1].isdigit():
             return int(lines[1])
     except (OSError, IndexError, UnicodeDecodeError):
@@ -94,12 +97,16 @@ def read_recovery_point(directory: Path) -> int | None:
     return None
 
 
+def write_recovery_point(directory: Path, offset: int) -> None:
+    write_offset_file(directory / RECOVERY_POINT_FILE, offset)
+
+
 def _list_bases(directory: Path) -> list[int]:
     bases = []
     for entry in os.scandir(directory):
         name = entry.name
         stem, _, suffix = name.partition(".")
-        if name.endswith(".tmp"):
+        if name.endswith((".tmp", DELETED_SUFFIX, CLEANED_SUFFIX)):
             os.unlink(entry.path)
         elif "." + suffix == LOG_SUFFIX and stem.isdigit():
             bases.append(int(stem))
@@ -115,6 +122,7 @@ def _list_bases(directory: Path) -> list[int]:
 def load_segments(directory: Path, *, config: LogConfig, now_ms: int) -> LoadedLog:
     """Open or create the log in ``directory`` (see the module docstring)."""
     directory.mkdir(parents=True, exist_ok=True)
+    complete_swap(directory)
     bases = _list_bases(directory)
     if not bases:
         segment = LogSegment.create(directory, base_offset=0, now_ms=now_ms)
@@ -125,14 +133,23 @@ def load_segments(directory: Path, *, config: LogConfig, now_ms: int) -> LoadedL
             recovery_point=0,
             recovered_from=None,
             truncated_bytes=0,
+            log_start_offset=0,
         )
+    log_start = read_offset_file(directory / LOG_START_OFFSET_FILE)
+    if log_start is not None:  # a crash between moving the start and deleting segments
+        while len(bases) > 1 and bases[1] <= log_start:
+            LogSegment(directory, base_offset=bases.pop(0), created_ms=now_ms).delete()
     segments = [LogSegment(directory, base_offset=b, created_ms=now_ms) for b in bases]
     if (directory / CLEAN_SHUTDOWN_FILE).exists():
         loaded = _load_clean(directory, segments, config=config)
-        if loaded is not None:
-            return loaded
-        segments[-1] = LogSegment(directory, base_offset=bases[-1], created_ms=now_ms)
-    return _recover(directory, segments, config=config)
+        if loaded is None:
+            segments[-1] = LogSegment(directory, base_offset=bases[-1], created_ms=now_ms)
+    else:
+        loaded = None
+    if loaded is None:
+        loaded = _recover(directory, segments, config=config)
+    loaded.log_start_offset = max(bases[0], log_start or 0)
+    return loaded
 
 
 def _load_clean(
@@ -152,12 +169,13 @@ def _load_clean(
         recovery_point=active.base_offset,
         recovered_from=None,
         truncated_bytes=0,
+        log_start_offset=0,
     )
 
 
 def _recover(directory: Path, segments: list[LogSegment], *, config: LogConfig) -> LoadedLog:
     bases = [s.base_offset for s in segments]
-    checkpoint = read_recovery_point(directory)
+    checkpoint = read_offset_file(directory / RECOVERY_POINT_FILE)
     first = 0 if checkpoint is None else max(bisect.bisect_right(bases, checkpoint) - 1, 0)
     start = bases[first]
 
@@ -176,10 +194,14 @@ def _recover(directory: Path, segments: list[LogSegment], *, config: LogConfig) 
     kept = first
     for i in range(first, len(segments)):
         segment = segments[i]
+        # Compaction gaps can only be in segments below the recovery point, scanned when the
+        # recovery point is unreadable; the active segment is never compacted.
+        dense = checkpoint is not None or i == len(segments) - 1
         if i > first:
             previous_end = segments[i - 1].next_offset
-            if previous_end != segment.base_offset:
-                break  # a gap: the rest is not a continuation of the log
+            assert previous_end is not None
+            if previous_end > segment.base_offset or (dense and previous_end < segment.base_offset):
+                break  # the rest is not a continuation of the log
             producers.write_snapshot(directory, offset=segment.base_offset)
         size = segment.size
         segment.txn_index.reset()
@@ -187,6 +209,7 @@ def _recover(directory: Path, segments: list[LogSegment], *, config: LogConfig) 
             index_interval_bytes=config.index_interval_bytes,
             on_batch=_replayer(segment, producers),
             check_crc=True,
+            dense=dense,
         )
         kept = i
         if valid_end < size:
@@ -215,6 +238,7 @@ def _recover(directory: Path, segments: list[LogSegment], *, config: LogConfig) 
         recovery_point=segments[-1].base_offset,
         recovered_from=start,
         truncated_bytes=truncated,
+        log_start_offset=0,
     )
 
 

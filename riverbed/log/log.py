@@ -3,7 +3,16 @@
 On disk, ``DATA_DIR/TOPIC-PARTITION/``: ``<base offset:020d>.log`` / ``.index`` /
 ``.timeindex`` / ``.txnindex`` per segment (see :mod:`riverbed.log.segment`),
 ``<offset:020d>.snapshot`` producer-state snapshots (:mod:`riverbed.log.producer_state`),
-and the ``recovery-point`` and ``clean-shutdown`` files (:mod:`riverbed.log.loader`).
+and the ``recovery-point``, ``log-start-offset`` and ``clean-shutdown`` files
+(:mod:`riverbed.log.loader`).
+
+Shrinking: the log start offset only moves up, by :meth:`Log.delete_records` (DeleteRecords)
+and :meth:`Log.delete_old_segments` (retention, :mod:`riverbed.log.retention`); it is
+persisted before any segment is deleted. Deleted segments' files are renamed ``*.deleted``
+and removed :attr:`LogConfig.file_delete_delay_ms` later by :meth:`Log.delete_expired_files`
+(a fetch being sent holds its own descriptors, see FileRecords, so this is Kafka's courtesy
+to tools reading the files, not a need). The cleaner replaces segments through
+:meth:`Log.replace_segments` (:mod:`riverbed.log.swap`).
 
 Transactions: :meth:`Log.append_marker` completes them (an abort is also indexed, see
 :mod:`riverbed.log.txn_index`); read_committed fetches read below
@@ -29,6 +38,7 @@ segment's fd, the end offset, the list of rolled segments still to fsync); flush
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -49,16 +59,19 @@ from riverbed.log.batch import (
 from riverbed.log.config import LogConfig
 from riverbed.log.errors import InvalidRecordError, OffsetOutOfRangeError, RecordTooLargeError
 from riverbed.log.file_records import FileRecords
-from riverbed.log.index import INT32_MAX, fsync_path
+from riverbed.log.index import INT32_MAX, fsync_path, write_atomically
 from riverbed.log.loader import (
     CLEAN_SHUTDOWN_FILE,
+    LOG_START_OFFSET_FILE,
     load_segments,
-    write_atomically,
+    write_offset_file,
     write_recovery_point,
 )
 from riverbed.log.producer_state import CompletedTxn, ProducerStateManager, delete_snapshots
 from riverbed.log.records import ABORT, COMMIT, build_control_batch, decode_records
+from riverbed.log.retention import deletable_segments
 from riverbed.log.segment import LogSegment, scan_batches
+from riverbed.log.swap import commit_swap, complete_swap, rename_to_deleted
 from riverbed.log.txn_index import AbortedTxn, collect_aborted
 
 SNAPSHOTS_TO_KEEP_BELOW_RECOVERY_POINT = 2
@@ -98,6 +111,7 @@ class Log:
         segments: list[LogSegment],
         producers: ProducerStateManager,
         recovery_point: int,
+        log_start_offset: int,
     ) -> None:
         self.directory = directory
         self.config = config
@@ -110,6 +124,8 @@ class Log:
         self._log_end_offset = active.next_offset
         self._flushed_offset = active.base_offset
         self._recovery_point = recovery_point
+        self._log_start_offset = log_start_offset
+        self._doomed: list[tuple[int, list[Path]]] = []  # (delete at ms, *.deleted files)
         self._rolled: list[_RolledSegment] = []
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
@@ -130,6 +146,7 @@ class Log:
             segments=loaded.segments,
             producers=loaded.producers,
             recovery_point=loaded.recovery_point,
+            log_start_offset=loaded.log_start_offset,
         )
         log._flushed_offset = log._log_end_offset  # everything found on disk was fsynced
         return log
@@ -138,7 +155,13 @@ class Log:
 
     @property
     def log_start_offset(self) -> int:
-        return self._bases[0]
+        """The first offset that can be read; only moves up."""
+        return self._log_start_offset
+
+    @property
+    def recovery_point(self) -> int:
+        """Every segment below this offset is fsynced, with its indexes."""
+        return self._recovery_point
 
     @property
     def log_end_offset(self) -> int:
@@ -170,7 +193,9 @@ class Log:
         """The first offset of the oldest ongoing transaction, or high_watermark if none is
         open: read_committed fetches read below it. Cheap: every fetch asks."""
         first_unstable = self._producers.first_unstable_offset()
-        return self.high_watermark if first_unstable is None else first_unstable
+        if first_unstable is None:
+            return self.high_watermark
+        return max(first_unstable, self._log_start_offset)  # DeleteRecords may pass it
 
     def ongoing_transactions(self) -> dict[int, int]:
         """producer id -> first offset of its ongoing transaction (a copy)."""
@@ -351,8 +376,11 @@ class Log:
         limit = self.high_watermark if max_offset is None else max_offset
         if offset >= limit:
             return FileRecords()
-        i = bisect.bisect_right(self._bases, offset) - 1
+        i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
         position = self._segments[i].position_of(offset)
+        while position is None and i + 1 < len(self._segments):
+            i += 1  # ``offset`` was compacted away at the end of a cleaned segment
+            position = self._segments[i].position_of(offset)
         parts: list[tuple[int, int, int]] = []
         remaining = max_bytes
         while position is not None:
@@ -388,7 +416,7 @@ class Log:
                 if header.max_timestamp < timestamp_ms:
                     continue
                 for record in decode_records(segment.read_batch(pos)):
-                    if record.timestamp >= timestamp_ms:
+                    if record.timestamp >= timestamp_ms and record.offset >= self.log_start_offset:
                         return record.offset, record.timestamp
         return None
 
@@ -407,6 +435,104 @@ class Log:
             if record.timestamp == best.max_timestamp:
                 return record.offset, record.timestamp
         return None
+
+    # --- shrinking --------------------------------------------------------------------------
+
+    def delete_records(self, offset: int) -> int:
+        """Kafka's DeleteRecords: move the log start offset up to ``offset`` (-1: the high
+        watermark), durably, and delete the segments wholly below it; the new log start
+        offset. OffsetOutOfRangeError past the high watermark (or below -1)."""
+        if offset == -1:
+            offset = self.high_watermark
+        if not 0 <= offset <= self.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records before {offset}: the high watermark is "
+                f"{self.high_watermark}"
+            )
+        if offset > self._log_start_offset:
+            self._advance_log_start(offset)
+            below = zip(self._segments[:-1], self._bases[1:], strict=True)
+            doomed = [segment for segment, end in below if end <= offset]
+            self._remove_segments(doomed)
+        return self._log_start_offset
+
+    def delete_old_segments(self, *, now_ms: int) -> int:
+        """Retention (Kafka's deleteOldSegments): delete the oldest segments that are wholly
+        below the log start offset or, with cleanup.policy delete, older than retention.ms
+        or beyond retention.bytes; how many were deleted. Deleting the active segment rolls
+        first, so the log is never without one."""
+        count = deletable_segments(
+            self._segments,
+            config=self.config,
+            now_ms=now_ms,
+            log_start_offset=self._log_start_offset,
+            next_bases=[*self._bases[1:], self._log_end_offset],
+        )
+        if count == 0:
+            return 0
+        if count == len(self._segments):
+            self.roll(now_ms=now_ms)
+        doomed = self._segments[:count]
+        self._advance_log_start(self._bases[count])
+        self._remove_segments(doomed)
+        return count
+
+    def _advance_log_start(self, offset: int) -> None:
+        write_offset_file(self.directory / LOG_START_OFFSET_FILE, offset)
+        self._log_start_offset = offset
+
+    def _remove_segments(self, doomed: list[LogSegment]) -> None:
+        """Take ``doomed`` out of the log and rename their files to ``*.deleted``."""
+        if not doomed:
+            return
+        gone = {id(segment) for segment in doomed}
+        with self._lock:
+            self._segments = [s for s in self._segments if id(s) not in gone]
+            self._bases = [s.base_offset for s in self._segments]
+        for segment in doomed:
+            segment.close()  # in-flight fetches hold their own descriptors
+        self._schedule_deletion(rename_to_deleted(p for s in doomed for p in s.paths))
+
+    def _schedule_deletion(self, paths: list[Path]) -> None:
+        if paths:
+            self._doomed.append((self._clock() + self.config.file_delete_delay_ms, paths))
+            self.delete_expired_files(now_ms=self._clock())
+
+    def delete_expired_files(self, *, now_ms: int) -> None:
+        """Remove the ``*.deleted`` files whose file.delete.delay.ms is over."""
+        due = [paths for at_ms, paths in self._doomed if at_ms <= now_ms]
+        self._doomed = [(at_ms, paths) for at_ms, paths in self._doomed if at_ms > now_ms]
+        for paths in due:
+            for path in paths:
+                path.unlink(missing_ok=True)
+
+    def replace_segments(self, old: list[LogSegment], *, txn_index: bool) -> bool:
+        """Swap in the cleaned segment the cleaner wrote beside ``old`` (consecutive, not
+        the active one), crash-safely (:mod:`riverbed.log.swap`). False, changing nothing,
+        if the log changed meanwhile (closed, or retention took one of them)."""
+        with self._lock:
+            try:
+                first = next(i for i, s in enumerate(self._segments) if s is old[0])
+            except StopIteration:
+                return False
+            current = self._segments[first : first + len(old)]
+            if self._closed or current != old or first + len(old) >= len(self._segments):
+                return False
+        base = old[0].base_offset
+        commit_swap(
+            self.directory,
+            base_offset=base,
+            replaces=[s.base_offset for s in old],
+            txn_index=txn_index,
+        )
+        for segment in old:
+            segment.close()  # in-flight fetches hold their own descriptors
+        self._schedule_deletion(complete_swap(self.directory))
+        cleaned = LogSegment(self.directory, base_offset=base, created_ms=old[0].created_ms)
+        with self._lock:
+            self._segments[first : first + len(old)] = [cleaned]
+            self._bases = [s.base_offset for s in self._segments]
+        return True
 
     # --- durability -------------------------------------------------------------------------
 
@@ -427,7 +553,8 @@ class Log:
                 for segment in rolled:
                     os.fsync(segment.fd)
                     for path in segment.files:
-                        fsync_path(path)
+                        with contextlib.suppress(FileNotFoundError):  # retention took it
+                            fsync_path(path)
                 os.fsync(active_fd)
                 if rolled:
                     fsync_path(self.directory)  # the new segment files' directory entries
@@ -465,6 +592,7 @@ class Log:
         active.txn_index.fsync()
         write_recovery_point(self.directory, active.base_offset)
         write_atomically(self.directory / CLEAN_SHUTDOWN_FILE, b"")
+        self.delete_expired_files(now_ms=2**63 - 1)
         with self._lock:
             self._closed = True
             for segment in self._segments:

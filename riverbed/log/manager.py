@@ -37,8 +37,7 @@ from riverbed.log.errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
-from riverbed.log.index import fsync_path
-from riverbed.log.loader import write_atomically
+from riverbed.log.index import fsync_path, write_atomically
 from riverbed.log.log import Log
 
 TOPICS_FILE = "topics.json"

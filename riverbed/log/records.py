@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 from riverbed.log.batch import (
     HEADER_SIZE,
-    LOG_OVERHEAD,
     MAGIC,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -32,8 +31,7 @@ from riverbed.log.batch import (
     BatchHeader,
     Compression,
     TimestampType,
-    compute_crc,
-    encode_header,
+    encode_batch,
     make_attributes,
     parse_header,
 )
@@ -77,7 +75,7 @@ class SimpleRecord:
 # --- varints -------------------------------------------------------------------------------
 
 
-def _write_varint(out: bytearray, value: int) -> None:
+def write_varint(out: bytearray, value: int) -> None:
     zigzag = (value << 1) ^ (value >> 63)
     zigzag &= 0xFFFFFFFFFFFFFFFF
     while zigzag > 0x7F:
@@ -86,7 +84,8 @@ def _write_varint(out: bytearray, value: int) -> None:
     out.append(zigzag)
 
 
-def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """The zigzag varint at ``pos`` and the position after it."""
     result = 0
     shift = 0
     while True:
@@ -104,7 +103,7 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
 
 
 def _read_bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
-    length, pos = _read_varint(buf, pos)
+    length, pos = read_varint(buf, pos)
     if length < 0:
         return None, pos
     if pos + length > len(buf):
@@ -114,9 +113,9 @@ def _read_bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
 
 def _write_bytes(out: bytearray, value: bytes | None) -> None:
     if value is None:
-        _write_varint(out, -1)
+        write_varint(out, -1)
     else:
-        _write_varint(out, len(value))
+        write_varint(out, len(value))
         out += value
 
 
@@ -139,16 +138,16 @@ def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
     records: list[Record] = []
     pos = 0
     for _ in range(header.records_count):
-        length, pos = _read_varint(payload, pos)
+        length, pos = read_varint(payload, pos)
         end = pos + length
         if length < 0 or end > len(payload):
             raise CorruptRecordError("record length runs past the end of the batch")
         pos += 1  # attributes: unused by magic 2
-        timestamp_delta, pos = _read_varint(payload, pos)
-        offset_delta, pos = _read_varint(payload, pos)
+        timestamp_delta, pos = read_varint(payload, pos)
+        offset_delta, pos = read_varint(payload, pos)
         key, pos = _read_bytes(payload, pos)
         value, pos = _read_bytes(payload, pos)
-        count, pos = _read_varint(payload, pos)
+        count, pos = read_varint(payload, pos)
         if count < 0 or count > end - pos:
             raise CorruptRecordError(f"bad header count {count}")
         headers: list[tuple[str, bytes | None]] = []
@@ -185,15 +184,15 @@ def _encode_record(
     out: bytearray, record: SimpleRecord, *, offset_delta: int, timestamp_delta: int
 ) -> None:
     body = bytearray(b"\x00")  # attributes
-    _write_varint(body, timestamp_delta)
-    _write_varint(body, offset_delta)
+    write_varint(body, timestamp_delta)
+    write_varint(body, offset_delta)
     _write_bytes(body, record.key)
     _write_bytes(body, record.value)
-    _write_varint(body, len(record.headers))
+    write_varint(body, len(record.headers))
     for name, value in record.headers:
         _write_bytes(body, name.encode("utf-8"))
         _write_bytes(body, value)
-    _write_varint(out, len(body))
+    write_varint(out, len(body))
     out += body
 
 
@@ -227,10 +226,9 @@ def build_batch(
         timestamp = base_timestamp if record.timestamp_ms is None else record.timestamp_ms
         max_timestamp = max(max_timestamp, timestamp)
         _encode_record(body, record, offset_delta=delta, timestamp_delta=timestamp - base_timestamp)
-    payload = compress(bytes(body), compression)
     header = BatchHeader(
         base_offset=base_offset,
-        batch_length=HEADER_SIZE - LOG_OVERHEAD + len(payload),
+        batch_length=0,
         partition_leader_epoch=partition_leader_epoch,
         magic=MAGIC,
         crc=0,
@@ -248,11 +246,7 @@ def build_batch(
         base_sequence=base_sequence,
         records_count=len(records),
     )
-    batch = bytearray(encode_header(header))
-    batch += payload
-    crc = compute_crc(batch)
-    batch[17:21] = crc.to_bytes(4, "big")
-    return bytes(batch)
+    return encode_batch(header, compress(bytes(body), compression))
 
 
 def build_control_batch(

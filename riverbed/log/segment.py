@@ -7,8 +7,10 @@ On disk, in the partition directory (Kafka's layout)::
     <base_offset:020d>.timeindex  see riverbed.log.index.TimeIndex
     <base_offset:020d>.txnindex   see riverbed.log.txn_index (only once it holds an abort)
 
-``base_offset`` is the offset of the segment's first batch. Only the last segment of a log
-(the *active* one) is appended to; older ones are immutable.
+``base_offset`` is the offset of the segment's first batch, or of the first batch of the
+segments the cleaner merged into it. Only the last segment of a log (the *active* one) is
+appended to; older ones are immutable, except that the cleaner replaces them whole (see
+:mod:`riverbed.log.swap`): a cleaned segment's offsets have gaps where records were removed.
 
 After a crash the tail of a .log file may hold a torn or garbage batch:
 :meth:`LogSegment.recover` validates every batch (header, CRC-32C, offsets dense from the
@@ -93,8 +95,13 @@ def scan_batches(
 class LogSegment:
     """A .log file and its indexes (format and crash behaviour in the module docstring)."""
 
-    def __init__(self, directory: Path, *, base_offset: int, created_ms: int) -> None:
+    def __init__(
+        self, directory: Path, *, base_offset: int, created_ms: int, log_path: Path | None = None
+    ) -> None:
+        """``log_path``: a .log file not (yet) under its live name, read only to index it
+        (the cleaner's ``.cleaned`` file)."""
         self.directory = directory
+        self._log_path = log_path
         self.base_offset = base_offset
         self.created_ms = created_ms
         self._fd: int | None = None
@@ -112,6 +119,8 @@ class LogSegment:
 
     @property
     def log_path(self) -> Path:
+        if self._log_path is not None:
+            return self._log_path
         return self.directory / (segment_name(self.base_offset) + LOG_SUFFIX)
 
     @property
@@ -172,7 +181,7 @@ class LogSegment:
         )
         times = TimeIndex.load(self.time_index_path, base_offset=self.base_offset)
         if offsets is None or times is None or (self.size and not times):
-            self.rebuild_indexes(index_interval_bytes=None)
+            self.rebuild_indexes(index_interval_bytes=None, dense=False)
             self.write_indexes()
             return
         self._offset_index, self._time_index = offsets, times
@@ -188,12 +197,14 @@ class LogSegment:
         index_interval_bytes: int | None,
         on_batch: Callable[[int, BatchHeader], None] | None = None,
         check_crc: bool = False,
+        dense: bool,
     ) -> int:
         """Rebuild both indexes (and the in-memory tail state) by scanning the whole file.
 
         With ``check_crc`` (recovery) this validates every batch and returns the position of
         the first bad one, else the file size; the caller truncates there. Offsets must be
-        dense from base_offset. ``index_interval_bytes`` None means 4096 (Kafka's default).
+        dense from base_offset with ``dense`` (a segment never cleaned), else only grow (a
+        cleaned one). ``index_interval_bytes`` None means 4096 (Kafka's default).
         ``on_batch(position, header)`` is called for every valid batch, in order.
         """
         interval = 4096 if index_interval_bytes is None else index_interval_bytes
@@ -206,7 +217,8 @@ class LogSegment:
         valid_end = 0
         for pos, header in scan_batches(self.fd, start=0, end=self.size, check_crc=check_crc):
             if (
-                header.base_offset != expected
+                header.base_offset < expected
+                or (dense and header.base_offset != expected)
                 or header.records_count > header.last_offset_delta + 1
             ):
                 break
@@ -386,6 +398,11 @@ class LogSegment:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+    @property
+    def paths(self) -> tuple[Path, ...]:
+        """Every file of the segment (the txn index may not exist)."""
+        return (self.log_path, self.index_path, self.time_index_path, self.txn_index_path)
 
     def delete(self) -> None:
         self.close()
