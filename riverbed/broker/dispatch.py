@@ -8,6 +8,7 @@ from typing import Any
 
 from riverbed.broker.handlers import (
     cluster,
+    configs,
     fetch,
     list_offsets,
     metadata,
@@ -42,7 +43,9 @@ HANDLERS: Mapping[ApiKey, Handler] = MappingProxyType(
         ApiKey.DELETE_TOPICS: topic_admin.delete_topics,
         ApiKey.CREATE_PARTITIONS: topic_admin.create_partitions,
         ApiKey.INIT_PRODUCER_ID: producers.handle,
-        ApiKey.DESCRIBE_CONFIGS: cluster.describe_configs,
+        ApiKey.DESCRIBE_CONFIGS: configs.describe_configs,
+        ApiKey.ALTER_CONFIGS: configs.alter_configs,
+        ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.incremental_alter_configs,
         ApiKey.DESCRIBE_CLUSTER: cluster.describe_cluster,
         ApiKey.FIND_COORDINATOR: group_handlers.find_coordinator,
         ApiKey.JOIN_GROUP: group_handlers.join_group,
