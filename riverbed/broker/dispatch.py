@@ -14,6 +14,7 @@ from riverbed.broker.handlers import (
     metadata,
     produce,
     producers,
+    records,
     transactions,
 )
 from riverbed.broker.handlers import consumer_groups as consumer_protocol
@@ -42,6 +43,7 @@ HANDLERS: Mapping[ApiKey, Handler] = MappingProxyType(
         ApiKey.CREATE_TOPICS: topic_admin.create_topics,
         ApiKey.DELETE_TOPICS: topic_admin.delete_topics,
         ApiKey.CREATE_PARTITIONS: topic_admin.create_partitions,
+        ApiKey.DELETE_RECORDS: records.delete_records,
         ApiKey.INIT_PRODUCER_ID: producers.handle,
         ApiKey.DESCRIBE_CONFIGS: configs.describe_configs,
         ApiKey.ALTER_CONFIGS: configs.alter_configs,

@@ -187,7 +187,7 @@ def test_on_the_wire_refusals_name_the_problem(configured: Broker) -> None:
     assert "this is broker 0" in other_broker.error_message
 
 
-def test_api_versions_advertises_the_config_apis(configured: Broker) -> None:
+def test_api_versions_advertises_the_config_and_delete_records_apis(configured: Broker) -> None:
     with WireClient(configured.bootstrap_servers) as client:
         response = client.request(
             ApiKey.API_VERSIONS,
@@ -198,3 +198,4 @@ def test_api_versions_advertises_the_config_apis(configured: Broker) -> None:
     assert ranges[ApiKey.DESCRIBE_CONFIGS] == (1, 4)
     assert ranges[ApiKey.ALTER_CONFIGS] == (0, 2)
     assert ranges[ApiKey.INCREMENTAL_ALTER_CONFIGS] == (0, 1)
+    assert ranges[ApiKey.DELETE_RECORDS] == (0, 2)
