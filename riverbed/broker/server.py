@@ -35,9 +35,11 @@ from riverbed.broker.groups.coordinator import GroupCoordinator, GroupSettings
 from riverbed.broker.groups.offsets import OffsetStore
 from riverbed.broker.groups.timers import LoopTimers
 from riverbed.broker.internal_topics import OFFSETS_TOPIC
+from riverbed.broker.log_maintenance import LogMaintenance
 from riverbed.broker.purgatory import FetchPurgatory
 from riverbed.broker.state import BrokerState
 from riverbed.broker.txn import TransactionCoordinator, TxnSettings
+from riverbed.log.cleaner import CleanerSettings
 from riverbed.log.errors import LogError
 from riverbed.log.manager import LogManager
 
@@ -118,6 +120,7 @@ class BrokerServer:
         self._lock: IO[bytes] | None = None
         self._checkpointer: asyncio.Task[None] | None = None
         self._loader: asyncio.Task[None] | None = None
+        self.maintenance: LogMaintenance | None = None
         self.port = 0
 
     async def start(self) -> None:
@@ -166,6 +169,18 @@ class BrokerServer:
             txns=self._transaction_coordinator(logs, flusher, groups, purgatory),
         )
         self._checkpointer = asyncio.create_task(self._checkpoint_periodically(logs))
+        self.maintenance = LogMaintenance(
+            logs,
+            clock=self._clock,
+            retention_check_interval_ms=self.config.log_retention_check_interval_ms,
+            cleaner_enable=self.config.log_cleaner_enable,
+            cleaner_backoff_ms=self.config.log_cleaner_backoff_ms,
+            cleaner=CleanerSettings(
+                dedupe_buffer_size=self.config.log_cleaner_dedupe_buffer_size,
+                io_max_bytes_per_second=self.config.log_cleaner_io_max_bytes_per_second,
+            ),
+        )
+        self.maintenance.start()
         self._loader = asyncio.create_task(self._load_coordinators(self._state))
         log.info(
             "listening on %s:%d (cluster %s, node %d, data %s)",
@@ -293,6 +308,9 @@ class BrokerServer:
     async def stop(self) -> None:
         """Stop listening, close connections, flush and close the logs."""
         state, self._state = self._state, None
+        if self.maintenance is not None:
+            await self.maintenance.close()
+            self.maintenance = None
         if self._checkpointer is not None:
             self._checkpointer.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -187,6 +187,11 @@ class LogManager:
             self._logs[(name, partition)].config = effective
         return altered
 
+    def partition_logs(self) -> list[tuple[tuple[str, int], Log]]:
+        """Every partition's log, by (topic, partition) (a copy: safe to change topics
+        while iterating)."""
+        return list(self._logs.items())
+
     def log(self, topic: str, partition: int) -> Log:
         try:
             return self._logs[(topic, partition)]

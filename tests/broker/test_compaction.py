@@ -1,0 +1,251 @@
+"""Compaction and retention on a running broker, seen through real Kafka clients."""
+
+from __future__ import annotations
+
+import random
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.conftest import BrokerProcess, start_broker_process
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KafkaPythonPartition
+
+FAST_MAINTENANCE = (
+    "--set",
+    "log.cleaner.backoff.ms=100",
+    "--set",
+    "log.retention.check.interval.ms=100",
+    "--set",
+    "log.flush.offset.checkpoint.interval.ms=200",
+)
+Record = tuple[int, bytes | None, bytes | None]
+
+
+def _create(bootstrap: str, topic: str, **configs: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    new = NewTopic(
+        topic, num_partitions=1, config={k.replace("_", "."): v for k, v in configs.items()}
+    )
+    admin.create_topics([new])[topic].result(timeout=30)
+
+
+def _read(bootstrap: str, topic: str) -> list[Record]:
+    """(offset, key, value) of every record from the start, read to the end."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "reader",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, -2)])
+    records: list[Record] = []
+    deadline = time.monotonic() + 30
+    try:
+        while True:
+            assert time.monotonic() < deadline
+            message = consumer.poll(1)
+            if message is None:
+                continue
+            if message.error():
+                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
+                return records
+            records.append((message.offset(), message.key(), message.value()))
+    finally:
+        consumer.close()
+
+
+def _table(records: list[Record]) -> dict[bytes, bytes]:
+    table: dict[bytes, bytes] = {}
+    for _, key, value in records:
+        assert key is not None
+        if value is None:
+            table.pop(key, None)
+        else:
+            table[key] = value
+    return table
+
+
+def _wait_for(what: str, check: Callable[[], bool], timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def _write_changes(bootstrap: str, topic: str, count: int, *, keys: int, seed: int) -> None:
+    rng = random.Random(seed)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    for i in range(count):
+        key = b"user-%d" % rng.randrange(keys)
+        value = None if rng.random() < 0.2 else b"profile-%d" % i
+        producer.produce(topic, key=key, value=value)
+    assert producer.flush(30) == 0
+
+
+def _broker(tmp_path: Path) -> BrokerProcess:
+    return start_broker_process(tmp_path / "data", extra_args=FAST_MAINTENANCE)
+
+
+def test_a_compacted_topic_converges_to_the_latest_value_of_every_live_key(
+    tmp_path: Path,
+) -> None:
+    broker = _broker(tmp_path)
+    try:
+        topic = "profiles"
+        _create(
+            broker.bootstrap,
+            topic,
+            cleanup_policy="compact",
+            segment_bytes="4096",
+            segment_ms="1000",
+            min_cleanable_dirty_ratio="0.01",
+            delete_retention_ms="2000",
+        )
+        _write_changes(broker.bootstrap, topic, 5000, keys=200, seed=1)
+        expected = _table(_read(broker.bootstrap, topic))
+        assert any(v is None for _, _, v in _read(broker.bootstrap, topic))
+        time.sleep(1.1)  # segment.ms: the next append rolls, so all of it is cleanable
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+        producer.produce(topic, key=b"sentinel", value=b"rolls the segment")
+        assert producer.flush(30) == 0
+        expected[b"sentinel"] = b"rolls the segment"
+
+        def compacted_without_tombstones() -> bool:
+            records = _read(broker.bootstrap, topic)
+            return len(records) == len(expected) and all(v is not None for _, _, v in records)
+
+        _wait_for("compaction and tombstone removal", compacted_without_tombstones)
+        records = _read(broker.bootstrap, topic)
+        assert _table(records) == expected
+        assert len(records) < 5001 / 10  # far fewer records
+        offsets = [offset for offset, _, _ in records]
+        assert offsets == sorted(offsets) and offsets[-1] == 5000  # offsets kept, with gaps
+        consumer = KafkaConsumer(  # a second client reads the gaps and rewritten batches
+            bootstrap_servers=broker.bootstrap, enable_auto_commit=False, consumer_timeout_ms=3000
+        )
+        consumer.assign([KafkaPythonPartition(topic, 0)])
+        consumer.seek_to_beginning()
+        seen = [(m.offset, m.key, m.value) for m in consumer]
+        consumer.close()
+        assert seen == records
+    finally:
+        broker.kill()
+
+
+def test_retention_by_bytes_moves_the_start_and_consumers_reset(tmp_path: Path) -> None:
+    broker = _broker(tmp_path)
+    try:
+        topic = "clicks"
+        _create(broker.bootstrap, topic, segment_bytes="2048", retention_bytes="8192")
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "batch.num.messages": 20})
+        for i in range(600):
+            producer.produce(topic, value=b"click-%04d" % i)
+            producer.poll(0)
+        assert producer.flush(30) == 0
+        reader = Consumer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "group.id": "slow",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
+        reader.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)
+
+        def start_moved() -> bool:
+            low, _ = reader.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)
+            return low > 3
+
+        _wait_for("retention by bytes", start_moved)
+        low, high = reader.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)
+        assert high == 600
+        records = _read(broker.bootstrap, topic)
+        assert records[0][0] == low and sum(len(v or b"") for _, _, v in records) < 8192 + 2048
+        reader.subscribe([topic])  # committed 3 is below the start: reset to earliest
+        first = None
+        deadline = time.monotonic() + 30
+        while first is None:
+            assert time.monotonic() < deadline
+            message = reader.poll(1)
+            if message is not None and not message.error():
+                first = message.offset()
+        reader.close()
+        assert first == low
+    finally:
+        broker.kill()
+
+
+def test_retention_by_time_uses_record_timestamps(tmp_path: Path) -> None:
+    broker = _broker(tmp_path)
+    try:
+        topic = "events"
+        _create(broker.bootstrap, topic, retention_ms="60000", segment_bytes="1024")
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "batch.num.messages": 10})
+        now_ms = int(time.time() * 1000)
+        for i in range(100):  # an hour old: beyond retention.ms
+            producer.produce(topic, value=b"old-%d" % i, timestamp=now_ms - 3_600_000)
+        assert producer.flush(30) == 0
+        for i in range(20):
+            producer.produce(topic, value=b"new-%d" % i, timestamp=now_ms)
+        assert producer.flush(30) == 0
+
+        def old_gone() -> bool:
+            return all(v.startswith(b"new") for _, _, v in _read(broker.bootstrap, topic) if v)
+
+        _wait_for("retention by time", old_gone)
+        records = _read(broker.bootstrap, topic)
+        assert [v for _, _, v in records][-20:] == [b"new-%d" % i for i in range(20)]
+    finally:
+        broker.kill()
+
+
+def test_kill_9_while_the_cleaner_runs_loses_nothing(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    topic = "accounts"
+    broker = start_broker_process(data_dir, extra_args=FAST_MAINTENANCE)
+    _create(
+        broker.bootstrap,
+        topic,
+        cleanup_policy="compact",
+        segment_bytes="2048",
+        min_cleanable_dirty_ratio="0.01",
+        delete_retention_ms="500",
+    )
+    model: dict[bytes, bytes] = {}
+    rng = random.Random(5)
+    kills = 0
+    try:
+        for round_number in range(6):
+            producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+            for i in range(1500):
+                key = b"acct-%d" % rng.randrange(60)
+                value = None if rng.random() < 0.2 else b"balance-%d-%d" % (round_number, i)
+                producer.produce(topic, key=key, value=value)
+                if value is None:
+                    model.pop(key, None)
+                else:
+                    model[key] = value
+            assert producer.flush(30) == 0
+            time.sleep(rng.uniform(0.05, 0.6))  # the cleaner is at some step by now
+            broker.kill()
+            kills += 1
+            broker = start_broker_process(data_dir, extra_args=FAST_MAINTENANCE)
+            assert _table(_read(broker.bootstrap, topic)) == model
+        assert "cleaned accounts-0" in _all_logs(tmp_path)
+    finally:
+        broker.kill()
+    assert kills == 6
+
+
+def _all_logs(tmp_path: Path) -> str:
+    return "".join(p.read_text(errors="replace") for p in tmp_path.glob("broker-*.log"))
