@@ -175,7 +175,7 @@ def write_checkpoint(directory: Path, checkpoint: Checkpoint) -> None:
 def plan_cleaning(log: Log, *, now_ms: int, settings: CleanerSettings) -> CleaningJob | None:
     """The cleaning ``log`` needs now, or None (see the module docstring)."""
     config = log.config
-    if "compact" not in config.cleanup_policy.split(","):
+    if not config.compacted:
         return None
     segments, first_dirty = _cleanable(log, now_ms=now_ms)
     if not segments:

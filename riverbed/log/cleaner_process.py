@@ -5,7 +5,9 @@ Reads a pickled :class:`~riverbed.log.cleaner.CleaningJob` on stdin, runs
 :class:`~riverbed.log.cleaner.CleaningResult` on stdout (pickle: between the broker and its
 own child only). How the broker runs cleanings, see riverbed.broker.log_maintenance.
 
-The child asks Linux to kill it when its parent dies (PR_SET_PDEATHSIG): a cleaning must
+The child lowers its CPU priority (nice +10): cleaning is background work, and on a small
+machine the event loop and the producers it serves should win the cores. The child asks
+Linux to kill it when its parent dies (PR_SET_PDEATHSIG): a cleaning must
 never outlive the broker and write ``.cleaned`` files into a directory that a restarted
 broker owns.
 """
@@ -21,6 +23,7 @@ import sys
 from riverbed.log.cleaner import CleaningJob, clean
 
 _PR_SET_PDEATHSIG = 1
+CLEANER_NICENESS = 10
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -31,6 +34,7 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def main() -> None:
     _die_with_parent(int(sys.argv[1]))
+    os.nice(CLEANER_NICENESS)
     job = pickle.load(sys.stdin.buffer)
     if not isinstance(job, CleaningJob):
         raise SystemExit("expected a CleaningJob on stdin")

@@ -3,9 +3,12 @@
 :data:`TOPIC_CONFIGS` maps each topic-level name (``segment.bytes``) to the broker-level
 name that sets its default (``log.segment.bytes``), Kafka's default value, a parser that
 turns the property string into the typed value (InvalidConfigError on a bad one) and a
-one-line doc. Retention and compaction are only carried here; nothing enforces them yet
-(issue 5), and the replication settings of a one-broker cluster are carried so that tools
-which set them are not refused.
+one-line doc. Retention is enforced by :mod:`riverbed.log.retention`, compaction by
+:mod:`riverbed.log.cleaner`. Carried but not enforced (so that tools which set them are not
+refused): the replication settings of a one-broker cluster, ``flush.messages`` /
+``flush.ms`` (acks=all is fsynced before it is answered anyway),
+``message.timestamp.before/after.max.ms``, and codecs other than ``producer`` for
+``compression.type``.
 """
 
 from __future__ import annotations
@@ -163,21 +166,21 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = {
         broker_name="log.cleanup.policy",
         default="delete",
         parse=_choice_parser(_CLEANUP_POLICIES),
-        doc="delete, compact or both (not enforced yet).",
+        doc="delete (retention), compact (the cleaner) or both.",
     ),
     "retention.ms": ConfigDef(
         field="retention_ms",
         broker_name="log.retention.ms",
         default=RETENTION_MS,
         parse=_int_parser(minimum=-1),
-        doc="Delete segments older than this (not enforced yet).",
+        doc="Delete segments whose newest record is older than this (-1: never).",
     ),
     "retention.bytes": ConfigDef(
         field="retention_bytes",
         broker_name="log.retention.bytes",
         default=RETENTION_BYTES,
         parse=_int_parser(minimum=-1),
-        doc="Delete old segments beyond this size (not enforced yet).",
+        doc="Delete the oldest segments while the log is larger than this (-1: no limit).",
     ),
     "compression.type": ConfigDef(
         field="compression_type",
@@ -191,36 +194,36 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = {
         broker_name="log.cleaner.delete.retention.ms",
         default=DELETE_RETENTION_MS,
         parse=_int_parser(minimum=0),
-        doc="How long a compacted topic keeps tombstones and transaction markers "
-        "(not enforced yet).",
+        doc="How long a compacted topic keeps tombstones and transaction markers after "
+        "they are first compacted.",
     ),
     "min.cleanable.dirty.ratio": ConfigDef(
         field="min_cleanable_dirty_ratio",
         broker_name="log.cleaner.min.cleanable.ratio",
         default=MIN_CLEANABLE_DIRTY_RATIO,
         parse=_ratio_parser,
-        doc="Compact a log once this share of it is not yet compacted (not enforced yet).",
+        doc="Compact a log once this share of it is not yet compacted.",
     ),
     "min.compaction.lag.ms": ConfigDef(
         field="min_compaction_lag_ms",
         broker_name="log.cleaner.min.compaction.lag.ms",
         default=0,
         parse=_int_parser(minimum=0),
-        doc="Records younger than this are never compacted (not enforced yet).",
+        doc="Records younger than this are never compacted.",
     ),
     "max.compaction.lag.ms": ConfigDef(
         field="max_compaction_lag_ms",
         broker_name="log.cleaner.max.compaction.lag.ms",
         default=LONG_MAX,
         parse=_int_parser(minimum=1),
-        doc="Records older than this are compacted whatever the dirty ratio (not enforced yet).",
+        doc="Records older than this are compacted whatever the dirty ratio.",
     ),
     "file.delete.delay.ms": ConfigDef(
         field="file_delete_delay_ms",
         broker_name="log.segment.delete.delay.ms",
         default=FILE_DELETE_DELAY_MS,
         parse=_int_parser(minimum=0),
-        doc="How long a deleted segment's files are kept before removal (not enforced yet).",
+        doc="How long a deleted segment's files are kept before removal.",
     ),
     "message.timestamp.before.max.ms": ConfigDef(
         field="message_timestamp_before_max_ms",
@@ -307,6 +310,11 @@ class LogConfig:
             except InvalidConfigError as exc:
                 raise InvalidConfigError(f"{name}: {exc}") from None
         return dataclasses.replace(base, **changes)
+
+    @property
+    def compacted(self) -> bool:
+        """cleanup.policy includes compact."""
+        return "compact" in self.cleanup_policy.split(",")
 
     def to_properties(self) -> dict[str, str]:
         """Every topic-level name with its value as a property string."""

@@ -250,7 +250,8 @@ class Log:
         """Append exactly one magic-v2 batch as produced; see the module docstring.
 
         Validates (header, CRC-32C, size <= max_message_bytes; no control batch: those
-        come from :meth:`append_marker`), checks idempotence and transaction state, assigns
+        come from :meth:`append_marker`; in a compacted log every record has a key: only
+        then are the records decoded), checks idempotence and transaction state, assigns
         offsets by patching base_offset (and, for LogAppendTime, the timestamp + CRC), then
         writes header and records with one pwritev, without copying the records.
         """
@@ -263,6 +264,9 @@ class Log:
             )
         if header.is_control:
             raise InvalidRecordError("control batches are written by the broker, not produced")
+        if self.config.compacted and any(r.key is None for r in decode_records(view)):
+            # Kafka's LogValidator: the cleaner could not keep such a record.
+            raise InvalidRecordError("a compacted topic cannot accept a record without a key")
         original = self._producers.check(header)
         if original is not None:
             log_append_time = self.config.message_timestamp_type is TimestampType.LOG_APPEND_TIME

@@ -249,3 +249,76 @@ def test_kill_9_while_the_cleaner_runs_loses_nothing(tmp_path: Path) -> None:
 
 def _all_logs(tmp_path: Path) -> str:
     return "".join(p.read_text(errors="replace") for p in tmp_path.glob("broker-*.log"))
+
+
+def test_internal_topics_are_compacted_and_replay_after_a_restart(tmp_path: Path) -> None:
+    """__consumer_offsets and __transaction_state are compacted like any compact topic; the
+    coordinators still load every group's offsets and every transactional id from them."""
+    small = (
+        "--set",
+        "offsets.topic.num.partitions=1",
+        "--set",
+        "offsets.topic.segment.bytes=1024",
+        "--set",
+        "transaction.state.log.num.partitions=1",
+        "--set",
+        "transaction.state.log.segment.bytes=1024",
+        "--set",
+        "group.initial.rebalance.delay.ms=0",
+    )
+    data_dir = tmp_path / "data"
+    broker = start_broker_process(data_dir, extra_args=FAST_MAINTENANCE + small)
+    try:
+        _create(broker.bootstrap, "orders")
+        committer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "billing"})
+        for offset in range(1, 301):
+            committer.commit(offsets=[TopicPartition("orders", 0, offset)], asynchronous=False)
+        committer.close()
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx-1"})
+        producer.init_transactions(30)
+        for i in range(40):
+            producer.begin_transaction()
+            producer.produce("orders", key=b"k", value=b"order-%d" % i)
+            if i % 4 == 3:
+                producer.abort_transaction(30)
+            else:
+                producer.commit_transaction(30)
+        _wait_for(
+            "both internal topics cleaned",
+            lambda: (
+                "cleaned __consumer_offsets-0" in _all_logs(tmp_path)
+                and "cleaned __transaction_state-0" in _all_logs(tmp_path)
+            ),
+        )
+        broker.kill()
+        broker = start_broker_process(data_dir, extra_args=FAST_MAINTENANCE + small)
+        reader = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "billing"})
+        committed = reader.committed([TopicPartition("orders", 0)], timeout=30)
+        reader.close()
+        assert committed[0].offset == 300
+        again = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx-1"})
+        again.init_transactions(30)  # the id's state was replayed: a new epoch, no error
+        again.begin_transaction()
+        again.produce("orders", key=b"k", value=b"after-restart")
+        again.commit_transaction(30)
+        committed_reader = Consumer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "group.id": "audit",
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+                "enable.partition.eof": True,
+            }
+        )
+        committed_reader.assign([TopicPartition("orders", 0, 0)])
+        values = []
+        while True:
+            message = committed_reader.poll(10)
+            assert message is not None
+            if message.error():
+                break
+            values.append(message.value())
+        committed_reader.close()
+        assert values == [b"order-%d" % i for i in range(40) if i % 4 != 3] + [b"after-restart"]
+    finally:
+        broker.kill()

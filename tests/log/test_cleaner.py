@@ -13,9 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from riverbed.log import swap
-from riverbed.log.batch import iter_batches
+from riverbed.log.batch import Compression, TimestampType, iter_batches
 from riverbed.log.cleaner import CleanerSettings, clean, install, plan_cleaning
 from riverbed.log.config import LogConfig
+from riverbed.log.errors import InvalidRecordError
 from riverbed.log.log import Log
 from riverbed.log.records import SimpleRecord, build_batch, decode_records
 from tests.log.log_helpers import FakeClock, crash, read_all
@@ -159,10 +160,12 @@ def test_timestamps_survive_the_delete_horizon_stamp(tmp_path: Path) -> None:
 
 
 def test_records_without_a_key_are_dropped(tmp_path: Path) -> None:
+    """Written before the topic became compacted (produce refuses them in a compacted log)."""
     clock = FakeClock()
-    log = _open(tmp_path, clock)
+    log = _open(tmp_path, clock, cleanup_policy="delete")
     log.append(_batch([(b"a", b"1")], clock.now_ms))
     log.append(build_batch([SimpleRecord(key=None, value=b"keyless")]))
+    log.config = _config()
     assert _clean_now(log, clock)
     assert [(k, v) for _, k, v, _ in _records(log)] == [(b"a", b"1")]
     log.close()
@@ -349,3 +352,53 @@ def test_cleaning_at_random_points_never_changes_the_table(
     reopened = _open(directory, clock, segment_bytes=segment_bytes)
     assert _table(reopened) == model
     reopened.close()
+
+
+@pytest.mark.parametrize("compression", list(Compression))
+@pytest.mark.parametrize("timestamp_type", list(TimestampType))
+def test_rewritten_batches_keep_codec_timestamps_and_producer_fields(
+    tmp_path: Path, compression: Compression, timestamp_type: TimestampType
+) -> None:
+    clock = FakeClock()
+    log = _open(tmp_path, clock)
+    records = [
+        SimpleRecord(
+            key=b"k%d" % (i % 3), value=None if i == 4 else b"v%d" % i, timestamp_ms=100 + i
+        )
+        for i in range(6)
+    ]
+    log.append(
+        build_batch(
+            records,
+            compression=compression,
+            timestamp_type=timestamp_type,
+            producer_id=3,
+            producer_epoch=1,
+            base_sequence=0,
+        )
+    )
+    before = decode_records(read_all(log))
+    assert _clean_now(log, clock)
+    data = read_all(log)
+    (_, header), *_ = iter_batches(data)
+    assert header.compression is compression
+    assert header.timestamp_type is timestamp_type
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (3, 1, 0)
+    assert (header.base_offset, header.last_offset_delta) == (0, 5)  # offsets kept
+    after = decode_records(data)
+    assert [(r.offset, r.key, r.value) for r in after] == [
+        (3, b"k0", b"v3"),
+        (4, b"k1", None),
+        (5, b"k2", b"v5"),
+    ]
+    by_offset = {r.offset: r.timestamp for r in before}
+    assert all(r.timestamp == by_offset[r.offset] for r in after)
+    log.close()
+
+
+def test_a_compacted_log_refuses_records_without_a_key(tmp_path: Path) -> None:
+    log = _open(tmp_path, FakeClock())
+    with pytest.raises(InvalidRecordError, match="without a key"):
+        log.append(build_batch([SimpleRecord(key=b"a", value=b"1"), SimpleRecord(value=b"2")]))
+    assert log.log_end_offset == 0
+    log.close()
