@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import psutil
@@ -83,7 +84,9 @@ class PeakRss:
         return self.peak
 
 
-def start_broker(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_broker(
+    data_dir: Path, *, extra_args: Sequence[str] = ()
+) -> tuple[subprocess.Popen[bytes], str]:
     process = subprocess.Popen(
         [
             sys.executable,
@@ -96,6 +99,7 @@ def start_broker(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
             "127.0.0.1:0",
             "--log-level",
             "WARNING",
+            *extra_args,
         ],
         stdout=subprocess.PIPE,
     )

@@ -54,6 +54,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from riverbed.log.batch import (
     DELETE_HORIZON_BIT,
@@ -346,8 +347,7 @@ def _batches(path: Path, size: int) -> Iterator[tuple[BatchHeader, bytes]]:
         os.close(fd)
 
 
-@dataclass(slots=True)
-class _Record:
+class _Record(NamedTuple):
     """One record inside a decompressed batch payload, by position."""
 
     start: int
@@ -358,28 +358,35 @@ class _Record:
     tombstone: bool
 
 
+_ZIGZAG_1 = [(b >> 1) ^ -(b & 1) for b in range(0x80)]
+"""The value of every one-byte varint: most record fields are one byte, and this loop is
+the cleaner's hot spot (a table lookup instead of a call per field doubles its speed)."""
+
+
 def _records(payload: bytes, count: int) -> list[_Record]:
     """The records of a decompressed batch payload (positions and what the cleaner needs)."""
     records = []
+    zigzag = _ZIGZAG_1
     pos = 0
     for _ in range(count):
-        length, body = read_varint(payload, pos)
-        timestamp_delta, p = read_varint(payload, body + 1)  # skip attributes
-        offset_delta, p = read_varint(payload, p)
-        key_length, p = read_varint(payload, p)
-        key = None if key_length < 0 else payload[p : p + key_length]
-        value_length, _ = read_varint(payload, p + max(key_length, 0))
-        records.append(
-            _Record(
-                start=pos,
-                end=body + length,
-                offset_delta=offset_delta,
-                timestamp_delta=timestamp_delta,
-                key=key,
-                tombstone=value_length < 0,
-            )
-        )
-        pos = body + length
+        b = payload[pos]
+        length, p = (zigzag[b], pos + 1) if b < 0x80 else read_varint(payload, pos)
+        end = p + length
+        p += 1  # attributes
+        b = payload[p]
+        timestamp_delta, p = (zigzag[b], p + 1) if b < 0x80 else read_varint(payload, p)
+        b = payload[p]
+        offset_delta, p = (zigzag[b], p + 1) if b < 0x80 else read_varint(payload, p)
+        b = payload[p]
+        key_length, p = (zigzag[b], p + 1) if b < 0x80 else read_varint(payload, p)
+        if key_length < 0:
+            key = None
+        else:
+            key = payload[p : p + key_length]
+            p += key_length
+        tombstone = payload[p] == 0x01  # the varint -1: a null value
+        records.append(_Record(pos, end, offset_delta, timestamp_delta, key, tombstone))
+        pos = end
     return records
 
 

@@ -86,6 +86,14 @@ def write_varint(out: bytearray, value: int) -> None:
 
 def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
     """The zigzag varint at ``pos`` and the position after it."""
+    if pos + 1 < len(buf):  # fast paths: record fields are mostly one or two bytes
+        first = buf[pos]
+        if first < 0x80:
+            return (first >> 1) ^ -(first & 1), pos + 1
+        second = buf[pos + 1]
+        if second < 0x80:
+            value = (first & 0x7F) | (second << 7)
+            return (value >> 1) ^ -(value & 1), pos + 2
     result = 0
     shift = 0
     while True:
