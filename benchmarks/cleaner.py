@@ -32,7 +32,8 @@ from broker_throughput import MESSAGE_BYTES, PARTITIONS, machine, produce, start
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from riverbed.log.cleaner import CleanerSettings, clean, plan_cleaning
+from riverbed.log.cleaner import CleanerSettings, plan_cleaning
+from riverbed.log.compaction import clean
 from riverbed.log.config import LogConfig
 from riverbed.log.log import Log
 from riverbed.log.records import SimpleRecord, build_batch

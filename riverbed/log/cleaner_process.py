@@ -20,7 +20,8 @@ import pickle
 import signal
 import sys
 
-from riverbed.log.cleaner import CleaningJob, clean
+from riverbed.log.cleaner import CleaningJob
+from riverbed.log.compaction import clean
 
 _PR_SET_PDEATHSIG = 1
 CLEANER_NICENESS = 10

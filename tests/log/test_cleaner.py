@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from riverbed.log import swap
 from riverbed.log.batch import Compression, TimestampType, iter_batches
-from riverbed.log.cleaner import CleanerSettings, clean, install, plan_cleaning
+from riverbed.log.cleaner import CleanerSettings, install, plan_cleaning
+from riverbed.log.compaction import clean
 from riverbed.log.config import LogConfig
 from riverbed.log.errors import InvalidRecordError
 from riverbed.log.log import Log
