@@ -11,6 +11,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from riverbed.broker import Broker
 from tests.conftest import BrokerProcess, start_broker_process
 
 with warnings.catch_warnings():
@@ -322,3 +323,15 @@ def test_internal_topics_are_compacted_and_replay_after_a_restart(tmp_path: Path
         assert values == [b"order-%d" % i for i in range(40) if i % 4 != 3] + [b"after-restart"]
     finally:
         broker.kill()
+
+
+def test_a_compacted_topic_refuses_records_without_a_key(broker: Broker) -> None:
+    _create(broker.bootstrap_servers, "keyed", cleanup_policy="compact")
+    errors: list[KafkaError] = []
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "retries": 0})
+    producer.produce("keyed", value=b"no key", on_delivery=lambda err, _msg: errors.append(err))
+    assert producer.flush(30) == 0
+    assert len(errors) == 1 and errors[0].code() == KafkaError.INVALID_RECORD
+    producer.produce("keyed", key=b"k", value=b"keyed")
+    assert producer.flush(30) == 0
+    assert [(k, v) for _, k, v in _read(broker.bootstrap_servers, "keyed")] == [(b"k", b"keyed")]
