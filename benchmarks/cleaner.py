@@ -7,7 +7,8 @@
    (10,000) keys, in batches of 500 as a producer sends them, 16 MiB segments; one
    cleaning from scratch. Prints records/s and MB/s read, and how much was kept.
 2. **Produce throughput while the cleaner runs**: a broker process with a dirty compacted
-   topic (the same records, produced), restarted with the cleaner off, then on. Each time
+   topic (the same records, produced), restarted with the cleaner off, then restarted with
+   it on. Each time
    1,000,000 messages of 100 bytes go to another topic of 4 partitions (acks=all, the
    settings of ``broker_throughput.py``); with the cleaner on, the benchmark waits for the
    cleaner's child process to start, measures, and checks that the cleaning was still
@@ -121,7 +122,12 @@ def one_round(data_root: Path, *, records: int, keys: int, messages: int) -> tup
     process, bootstrap = start_broker(data_dir, extra_args=no_cleaner)
     try:
         fill_table(bootstrap, records=records, keys=keys)
-        # segment.ms on the topic would roll it; here a restart plus one record does
+    finally:
+        process.terminate()
+        process.wait(60)
+    # Both measurements on a freshly restarted broker: only the cleaner differs.
+    process, bootstrap = start_broker(data_dir, extra_args=no_cleaner)
+    try:
         baseline = messages / produce(bootstrap, LOAD, messages, acks="all")
     finally:
         process.terminate()
