@@ -45,7 +45,7 @@ from riverbed.log.segment import LogSegment
 from riverbed.log.swap import cleaned_path
 from riverbed.log.txn_index import AbortedTxn, TransactionIndex
 
-READ_CHUNK_BYTES = 8 * 1024 * 1024
+READ_CHUNK_BYTES = 256 * 1024
 """Segments are read sequentially in chunks this large."""
 MAP_ENTRY_OVERHEAD_BYTES = 100
 """What one offset-map entry costs Python besides its key (dict slot, bytes and int objects);
