@@ -403,3 +403,29 @@ def test_a_compacted_log_refuses_records_without_a_key(tmp_path: Path) -> None:
         log.append(build_batch([SimpleRecord(key=b"a", value=b"1"), SimpleRecord(value=b"2")]))
     assert log.log_end_offset == 0
     log.close()
+
+
+def test_a_read_from_any_offset_of_a_compacted_log_starts_at_the_next_kept_record(
+    tmp_path: Path,
+) -> None:
+    """Consumers resume at offsets the cleaner removed (a committed offset, a position):
+    the read must go on from the next record kept, across segment ends and empty spans. (The
+    first batch may end with removed records, below the offset: batches keep their offset
+    range, and clients skip what is below their position, as with Kafka.)"""
+    clock = FakeClock()
+    log = _open(tmp_path, clock, segment_bytes=300)
+    _write(log, _random_changes(random.Random(5), 300, keys=8), clock, per_batch=2)
+    assert _clean_now(log, clock)
+    kept = [offset for offset, *_ in _records(log)]
+    assert len(kept) < 30
+    for offset in range(log.log_start_offset, log.log_end_offset):
+        data = log.read(offset, max_bytes=1 << 20)
+        offsets = [
+            r.offset for pos, h in iter_batches(data) for r in decode_records(data[pos:][: h.size])
+        ]
+        following = [o for o in kept if o >= offset]
+        if following:
+            assert next((o for o in offsets if o >= offset), None) == following[0], offset
+        else:
+            assert not [o for o in offsets if o >= offset]
+    log.close()
