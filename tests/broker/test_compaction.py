@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
+import subprocess
 import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+from aiokafka import AIOKafkaConsumer
+from aiokafka.structs import TopicPartition as AIOTopicPartition
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -63,6 +67,23 @@ def _read(bootstrap: str, topic: str) -> list[Record]:
             records.append((message.offset(), message.key(), message.value()))
     finally:
         consumer.close()
+
+
+async def _read_with_aiokafka(bootstrap: str, topic: str, count: int) -> list[Record]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        partition = AIOTopicPartition(topic, 0)
+        consumer.assign([partition])
+        await consumer.seek_to_beginning(partition)
+        records: list[Record] = []
+        while len(records) < count:
+            batch = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 30)
+            for messages in batch.values():
+                records.extend((m.offset, m.key, m.value) for m in messages)
+        return records
+    finally:
+        await consumer.stop()
 
 
 def _table(records: list[Record]) -> dict[bytes, bytes]:
@@ -139,6 +160,15 @@ def test_a_compacted_topic_converges_to_the_latest_value_of_every_live_key(
         seen = [(m.offset, m.key, m.value) for m in consumer]
         consumer.close()
         assert seen == records
+        assert asyncio.run(_read_with_aiokafka(broker.bootstrap, topic, len(records))) == records
+        kcat = subprocess.run(
+            ["kcat", "-C", "-b", broker.bootstrap, "-t", topic, "-e", "-f", "%o %k %s\\n"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        assert kcat.stdout.splitlines() == [f"{o} {k.decode()} {v.decode()}" for o, k, v in records]
     finally:
         broker.kill()
 
