@@ -16,6 +16,9 @@ $(STAMP): pyproject.toml
 	@command -v kcat >/dev/null 2>&1 || { \
 	  echo "installing kcat (Debian)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
+	@java -version 2>&1 | grep -qE 'version "(1[7-9]|[2-9][0-9])' || { \
+	  echo "installing Java 17 for Spark (Debian's openjdk-17-jre-headless)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
 	@touch $(STAMP)

@@ -1,0 +1,60 @@
+"""The ``riverbed`` PySpark data source: Spark's Kafka source and sink, in Python.
+
+Registered by :func:`riverbed.spark.register`. Options, schema and behaviour follow Spark's
+built-in Kafka connector (``format("kafka")``), so a job moves between the two by changing
+one word; the data source talks to the broker only through a Kafka client (confluent-kafka),
+so it works unchanged against a Kafka cluster. Reading: :mod:`riverbed.spark.reader`;
+writing, exactly once with the broker's transactions: :mod:`riverbed.spark.writer`.
+
+When: Spark instantiates this class on the driver for every query plan (and pickles it);
+each method below is called once per plan.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+from riverbed.spark.schema import source_schema
+
+__all__ = ["SOURCE_NAME", "RiverbedDataSource"]
+
+SOURCE_NAME = "riverbed"
+
+
+class RiverbedDataSource(DataSource):
+    """``spark.read/readStream/write/writeStream.format("riverbed")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        include = str(self.options.get("includeHeaders", "false")).lower() == "true"
+        return source_schema(include_headers=include)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from riverbed.spark.reader import BatchReader
+
+        return BatchReader(dict(self.options), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
+        from riverbed.spark.reader import StreamReader
+
+        return StreamReader(dict(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from riverbed.spark.writer import BatchWriter
+
+        return BatchWriter(dict(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
+        from riverbed.spark.writer import StreamWriter
+
+        return StreamWriter(dict(self.options), schema)
