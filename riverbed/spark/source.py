@@ -44,7 +44,7 @@ class RiverbedDataSource(DataSource):
 
         return BatchReader(dict(self.options), schema)
 
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from riverbed.spark.reader import StreamReader
 
         return StreamReader(dict(self.options), schema)
@@ -54,7 +54,7 @@ class RiverbedDataSource(DataSource):
 
         return BatchWriter(dict(self.options), schema)
 
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from riverbed.spark.writer import StreamWriter
 
         return StreamWriter(dict(self.options), schema)
