@@ -1,0 +1,197 @@
+"""A streaming copy job into the ``riverbed`` sink, run as its own process by the crash tests,
+and the read_committed reader the sink tests check the output with.
+
+    python tests/spark/sink_job.py --bootstrap HOST:PORT --input DIR --checkpoint DIR \
+        --topic T [--crash-in-write BATCH | --crash-after-commit BATCH]
+
+The job reads JSON files ``{"id": int, "payload": str}`` from ``--input`` one file per
+micro-batch (a deterministic, replayable source), hash-partitions them by id into two write
+tasks, and writes ``key = id``, ``value = the row as JSON`` to ``--topic`` with
+``trigger(availableNow=True)``: it ends when every file is written. It prints
+``sink job done`` then.
+
+The crash options kill the whole job with SIGKILL (its process group, which the test made
+it lead, and the Python worker doing it) at a chosen point of micro-batch ``BATCH``:
+
+- ``--crash-in-write``: in a write task, after every row went to the producer and before the
+  transaction commits (an open transaction is left behind);
+- ``--crash-after-commit``: in the driver's ``commit``, after every task committed its
+  transaction and before Spark records the batch in the checkpoint (the restart replays it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from pyspark.sql import functions as F
+from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+import riverbed.spark
+from riverbed.spark.source import RiverbedDataSource
+from riverbed.spark.writer import BATCH_ID_PROPERTY, SinkCommitMessage, StreamWriter
+
+INPUT_SCHEMA = StructType([StructField("id", LongType()), StructField("payload", StringType())])
+CRASHING_SOURCE = "riverbed-crashing"
+DONE = "sink job done"
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] | None
+    timestamp_ms: int
+
+
+def read_committed(
+    bootstrap: str, topic: str, *, partitions: int, timeout_s: float = 30
+) -> list[Record]:
+    """Every record a read_committed librdkafka consumer gets from offset 0 to the end (the
+    last stable offset) of each of the topic's ``partitions``."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "sink-test-reader",  # assign() only: no membership, no commits
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": 50,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    records: list[Record] = []
+    eof: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(eof) < partitions:
+            assert time.monotonic() < deadline, f"no end of {topic} after {len(records)} records"
+            for message in consumer.consume(num_messages=10_000, timeout=0.1):
+                error = message.error()
+                if error is not None:
+                    assert error.code() == KafkaError._PARTITION_EOF, error
+                    eof.add(message.partition())
+                    continue
+                eof.discard(message.partition())
+                records.append(
+                    Record(
+                        topic=message.topic(),
+                        partition=message.partition(),
+                        offset=message.offset(),
+                        key=message.key(),
+                        value=message.value(),
+                        headers=message.headers(),
+                        timestamp_ms=message.timestamp()[1],
+                    )
+                )
+    finally:
+        consumer.close()
+    # The consumer's last Fetch may still wait (fetch.wait.max.ms) on the broker, and the
+    # broker's stop() waits up to 5 s for a connection closed meanwhile: let it answer.
+    time.sleep(0.1)
+    return records
+
+
+def _die(pgid: int) -> None:
+    """SIGKILL the job's process group (driver and JVM) and this worker (which Spark's
+    daemon put in a group of its own)."""
+    os.killpg(pgid, signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class CrashingStreamWriter(StreamWriter):
+    """The sink's writer, killing the job at one point of one batch."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        super().__init__(options, schema)
+        self.pgid = int(options.get("crashpgid", "0"))
+        self.in_write = int(options.get("crashinwrite", "-1"))
+        self.after_commit = int(options.get("crashaftercommit", "-1"))
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        assert context is not None
+        if int(context.getLocalProperty(BATCH_ID_PROPERTY) or -1) != self.in_write:
+            return super().write(iterator)
+
+        def then_die() -> Iterator[pa.RecordBatch]:
+            yield from iterator
+            time.sleep(0.5)  # librdkafka sends the rows (linger.ms 5) into the open txn
+            _die(self.pgid)
+
+        return super().write(then_die())
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        super().commit(messages, batchId)
+        if batchId == self.after_commit:
+            _die(self.pgid)
+
+
+class CrashingDataSource(RiverbedDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return CRASHING_SOURCE
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return CrashingStreamWriter(dict(self.options), schema)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--input", required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--crash-in-write", type=int, default=-1)
+    parser.add_argument("--crash-after-commit", type=int, default=-1)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = riverbed.spark.session(
+        "riverbed-sink-job",
+        master="local[2]",
+        log_level="ERROR",
+        config={"spark.sql.shuffle.partitions": "2"},
+    )
+    spark.dataSource.register(CrashingDataSource)
+    rows = (
+        spark.readStream.schema(INPUT_SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .json(args.input)
+        .repartition(2, "id")
+        .select(
+            F.col("id").cast("string").alias("key"),
+            F.to_json(F.struct("id", "payload")).alias("value"),
+        )
+    )
+    query = (
+        rows.writeStream.format(CRASHING_SOURCE)
+        .option("kafka.bootstrap.servers", args.bootstrap)
+        .option("topic", args.topic)
+        .option("checkpointLocation", args.checkpoint)
+        .option("crashPgid", str(os.getpgrp()))
+        .option("crashInWrite", str(args.crash_in_write))
+        .option("crashAfterCommit", str(args.crash_after_commit))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    print(DONE, flush=True)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
