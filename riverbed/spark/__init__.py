@@ -23,9 +23,7 @@ from riverbed.spark.source import SOURCE_NAME, RiverbedDataSource
 
 __all__ = ["SOURCE_NAME", "register", "session"]
 
-ROCKSDB_PROVIDER = (
-    "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-)
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 """transformWithState needs it, and it keeps large state off the JVM heap; Spark 4.3's
 default is still the HDFS-backed (in-heap) provider."""
 
