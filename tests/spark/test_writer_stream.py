@@ -1,0 +1,107 @@
+"""The ``riverbed`` sink in streaming queries with a checkpoint: a file-source copy job, its
+restart, and a micro-batch Spark replays after its commit was lost, read back read_committed."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from riverbed.broker import Broker
+from tests.conftest import create_topic
+from tests.spark.sink_job import INPUT_SCHEMA, read_committed
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # see test_writer.py
+
+ROWS_PER_FILE = 50
+
+
+def write_input(directory: Path, files: range) -> None:
+    """JSON files ``part-NNNN.json`` of ``ROWS_PER_FILE`` rows ``{"id", "payload"}`` each,
+    ids unique across files; written whole, then renamed, as a file source expects."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for number in files:
+        rows = (
+            json.dumps({"id": number * ROWS_PER_FILE + i, "payload": f"p{number}-{i}"})
+            for i in range(ROWS_PER_FILE)
+        )
+        temporary = directory / f".part-{number:04d}.tmp"
+        temporary.write_text("\n".join(rows) + "\n")
+        temporary.rename(directory / f"part-{number:04d}.json")
+
+
+def run_copy(spark: SparkSession, bootstrap: str, source: Path, checkpoint: Path) -> StreamingQuery:
+    """Copy every file not yet in the checkpoint (one per micro-batch, two write tasks each)
+    to topic ``out``, and wait until done."""
+    rows = (
+        spark.readStream.schema(INPUT_SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .json(str(source))
+        .repartition(2, "id")
+        .select(
+            F.col("id").cast("string").alias("key"),
+            F.to_json(F.struct("id", "payload")).alias("value"),
+        )
+    )
+    query = (
+        rows.writeStream.format("riverbed")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", "out")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert not query.isActive, "the copy did not finish in 120 s"
+    assert query.exception() is None, query.exception()
+    return query
+
+
+def copied_ids(bootstrap: str) -> list[int]:
+    ids = []
+    for record in read_committed(bootstrap, "out", partitions=2):
+        assert record.value is not None
+        row = json.loads(record.value)
+        assert record.key == str(row["id"]).encode()
+        ids.append(row["id"])
+    return sorted(ids)
+
+
+def test_a_copy_job_restarted_from_its_checkpoint_writes_each_row_once(
+    spark: SparkSession, broker: Broker, tmp_path: Path
+) -> None:
+    bootstrap = broker.bootstrap_servers
+    create_topic(bootstrap, "out", partitions=2)
+    source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
+    write_input(source, range(3))
+    first = run_copy(spark, bootstrap, source, checkpoint)
+    assert copied_ids(bootstrap) == list(range(3 * ROWS_PER_FILE))
+    write_input(source, range(3, 5))
+    second = run_copy(spark, bootstrap, source, checkpoint)
+    assert second.id == first.id  # the sink's transactional ids stay the same
+    assert [p["batchId"] for p in second.recentProgress] == [3, 4]
+    assert copied_ids(bootstrap) == list(range(5 * ROWS_PER_FILE))
+
+
+def test_a_batch_spark_replays_after_losing_its_commit_is_not_written_again(
+    spark: SparkSession, broker: Broker, tmp_path: Path
+) -> None:
+    bootstrap = broker.bootstrap_servers
+    create_topic(bootstrap, "out", partitions=2)
+    source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
+    write_input(source, range(3))
+    run_copy(spark, bootstrap, source, checkpoint)
+    # As if the driver died after the tasks committed and before Spark recorded batch 2:
+    # Spark replays it with the same id, offsets and rows, and the sink must skip it.
+    for name in ("2", ".2.crc"):  # the entry and its Hadoop checksum
+        (checkpoint / "commits" / name).unlink()
+    write_input(source, range(3, 4))
+    replay = run_copy(spark, bootstrap, source, checkpoint)
+    assert [p["batchId"] for p in replay.recentProgress] == [2, 3]
+    assert [p["numInputRows"] for p in replay.recentProgress] == [ROWS_PER_FILE] * 2
+    assert copied_ids(bootstrap) == list(range(4 * ROWS_PER_FILE))
