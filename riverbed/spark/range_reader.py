@@ -1,0 +1,217 @@
+"""Reading one offset range of one partition into Arrow record batches (on an executor).
+
+:func:`read_range` reads exactly the records of ``[start, end)`` that the query's isolation
+level shows, so a re-read after a failure returns the same rows: the end was planned from
+ListOffsets "latest", which under read_committed is the last stable offset, and nothing below
+it changes any more. Offsets inside the range may be missing (compaction, transaction
+markers, aborted records); the read stops at the first record at or past ``end``, or at the
+end of the partition once the position reached ``end``.
+
+librdkafka's ``consume(n, timeout)`` waits for a full batch of ``n`` until the timeout, so the
+timeout is short (:data:`CONSUME_TIMEOUT_S`); the consumer's prefetch queue keeps batches
+full while records are there.
+
+Records gone before they were read (retention, DeleteRecords: the partition's log start
+offset passed ``start``) are reported with ``failOnDataLoss``: a
+:class:`~riverbed.spark.errors.DataLossError` naming topic, partition and the lost offsets,
+or a warning and the read goes on from the earliest offset left.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from riverbed.spark.errors import DataLossError, SourceError
+from riverbed.spark.offsets import OffsetRange
+from riverbed.spark.schema import arrow_schema
+
+__all__ = ["BATCH_ROWS", "ReadConfig", "read_range"]
+
+log = logging.getLogger(__name__)
+
+BATCH_ROWS = 20_000
+"""Rows per record batch: 2x Spark's ``spark.sql.execution.arrow.maxRecordsPerBatch``
+(10 000); larger batches did not read faster, smaller ones cost more per row."""
+CONSUME_MESSAGES = 5_000
+CONSUME_TIMEOUT_S = 0.05
+"""``consume`` returns after this long even with fewer than CONSUME_MESSAGES records."""
+WATERMARK_TIMEOUT_S = 30.0
+
+GONE = frozenset(
+    {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC}
+)
+"""Errors saying the topic or partition was deleted."""
+
+TIMESTAMP_TYPE_OFFSET = 1
+"""confluent-kafka's timestamp types are Kafka's plus one (0 none, 1 create, 2 log append)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadConfig:
+    """What an executor needs besides the range: pickled with every input partition."""
+
+    consumer_config: dict[str, str]
+    include_headers: bool
+    fail_on_data_loss: bool
+    poll_timeout_ms: int
+
+
+class _Columns:
+    """Records of one partition collected column by column, turned into a RecordBatch."""
+
+    def __init__(self, topic: str, partition: int, *, include_headers: bool) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.include_headers = include_headers
+        self.schema = arrow_schema(include_headers=include_headers)
+        self.clear()
+
+    def clear(self) -> None:
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.offsets: list[int] = []
+        self.timestamps_us: list[int] = []
+        self.timestamp_types: list[int] = []
+        self.headers: list[list[tuple[str, bytes | None]] | None] = []
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def add(self, message: Message) -> None:
+        self.keys.append(message.key())
+        self.values.append(message.value())
+        self.offsets.append(message.offset())  # type: ignore[arg-type]
+        kind, timestamp_ms = message.timestamp()
+        self.timestamps_us.append(timestamp_ms * 1000)
+        self.timestamp_types.append(kind - TIMESTAMP_TYPE_OFFSET)
+        if self.include_headers:
+            # Spark's converter: null, not an empty array, for a record without headers.
+            self.headers.append(message.headers() or None)  # type: ignore[arg-type]
+
+    def flush(self) -> pa.RecordBatch:
+        count = len(self.offsets)
+        arrays: list[Any] = [
+            pa.array(self.keys, pa.binary()),
+            pa.array(self.values, pa.binary()),
+            pa.repeat(pa.scalar(self.topic, pa.string()), count),
+            pa.repeat(pa.scalar(self.partition, pa.int32()), count),
+            pa.array(self.offsets, pa.int64()),
+            pa.array(self.timestamps_us, pa.timestamp("us", tz="UTC")),
+            pa.array(self.timestamp_types, pa.int32()),
+        ]
+        if self.include_headers:
+            arrays.append(pa.array(self.headers, self.schema.field("headers").type))
+        batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        self.clear()
+        return batch
+
+
+def _report_loss(config: ReadConfig, message: str) -> None:
+    if config.fail_on_data_loss:
+        raise DataLossError(message)
+    log.warning("%s Skipped (failOnDataLoss=false).", message)
+
+
+def _out_of_range(
+    consumer: Consumer, offset_range: OffsetRange, position: int, config: ReadConfig
+) -> int:
+    """Where to go on after the broker refused ``position``: the earliest offset left, or
+    ``end`` when nothing of the range is left (after reporting the loss)."""
+    topic, partition, end = offset_range.topic, offset_range.partition, offset_range.end
+    low, high = consumer.get_watermark_offsets(
+        TopicPartition(topic, partition), timeout=WATERMARK_TIMEOUT_S
+    )
+    name = f"topic {topic!r} partition {partition}"
+    if position < low:
+        lost_end = min(low, end)
+        _report_loss(
+            config,
+            f"Offsets [{position}, {lost_end}) of {name} are gone: the earliest offset is now"
+            f" {low}.",
+        )
+        return lost_end
+    _report_loss(
+        config,
+        f"Offsets [{position}, {end}) of {name} are gone: the partition now ends at {high}"
+        " (was the topic deleted and created again?).",
+    )
+    return end
+
+
+def read_range(offset_range: OffsetRange, config: ReadConfig) -> Iterator[pa.RecordBatch]:
+    """The records of ``offset_range`` in batches of up to :data:`BATCH_ROWS` rows."""
+    topic, partition, end = offset_range.topic, offset_range.partition, offset_range.end
+    position = offset_range.start
+    if position >= end:
+        return
+    columns = _Columns(topic, partition, include_headers=config.include_headers)
+    consumer = Consumer(config.consumer_config)
+    try:
+        consumer.assign([TopicPartition(topic, partition, position)])
+        waited_since = time.monotonic()
+        while position < end:
+            messages = consumer.consume(CONSUME_MESSAGES, CONSUME_TIMEOUT_S)
+            if not messages:
+                if (time.monotonic() - waited_since) * 1000 > config.poll_timeout_ms:
+                    raise SourceError(
+                        f"no record of topic {topic!r} partition {partition} at offset"
+                        f" {position} within kafkaConsumer.pollTimeoutMs"
+                        f" ({config.poll_timeout_ms} ms); the range ends at {end}"
+                    )
+                continue
+            waited_since = time.monotonic()
+            for message in messages:
+                error = message.error()
+                if error is None:
+                    offset: int = message.offset()  # type: ignore[assignment]
+                    if offset >= end:
+                        position = end
+                        break
+                    columns.add(message)
+                    position = offset + 1
+                    continue
+                code = error.code()
+                if code == KafkaError._PARTITION_EOF:
+                    eof: int = message.offset()  # type: ignore[assignment]
+                    if eof < end:
+                        _report_loss(
+                            config,
+                            f"Offsets [{max(eof, position)}, {end}) of topic {topic!r}"
+                            f" partition {partition} are gone: the partition ends at {eof}.",
+                        )
+                    position = end
+                    break
+                if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                    position = _out_of_range(consumer, offset_range, position, config)
+                    if position < end:
+                        consumer.assign([TopicPartition(topic, partition, position)])
+                    break
+                if code in GONE:
+                    _report_loss(
+                        config,
+                        f"Offsets [{position}, {end}) of topic {topic!r} partition {partition}"
+                        f" are gone: the partition does not exist any more ({error.str()}).",
+                    )
+                    position = end
+                    break
+                if error.fatal():
+                    raise SourceError(
+                        f"reading topic {topic!r} partition {partition} at offset {position}:"
+                        f" {error.str()}"
+                    )
+                log.info("retrying %s-%d at %d after %s", topic, partition, position, error.str())
+            if len(columns) >= BATCH_ROWS:
+                yield columns.flush()
+        if len(columns):
+            yield columns.flush()
+    except KafkaException as e:
+        raise SourceError(f"reading topic {topic!r} partition {partition}: {e}") from None
+    finally:
+        consumer.close()
