@@ -56,17 +56,23 @@ class Record:
 
 
 def read_committed(
-    bootstrap: str, topic: str, *, partitions: int, timeout_s: float = 30
+    bootstrap: str,
+    topic: str,
+    *,
+    partitions: int,
+    isolation: str = "read_committed",
+    timeout_s: float = 30,
 ) -> list[Record]:
-    """Every record a read_committed librdkafka consumer gets from offset 0 to the end (the
-    last stable offset) of each of the topic's ``partitions``."""
+    """Every record a librdkafka consumer (read_committed unless ``isolation`` says otherwise)
+    gets from offset 0 to the end (for read_committed the last stable offset) of each of the
+    topic's ``partitions``."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": "sink-test-reader",  # assign() only: no membership, no commits
             "enable.auto.commit": False,
             "enable.partition.eof": True,
-            "isolation.level": "read_committed",
+            "isolation.level": isolation,
             "fetch.wait.max.ms": 50,
         }
     )

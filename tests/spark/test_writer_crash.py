@@ -1,0 +1,119 @@
+"""Acceptance of the exactly-once sink: a streaming copy job (``sink_job.py``, its own process
+with its own Spark) killed with SIGKILL and restarted from its checkpoint writes every input
+row once, as a read_committed confluent-kafka consumer sees the output."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from riverbed.broker import Broker
+from tests.conftest import create_topic
+from tests.spark.sink_job import DONE, read_committed
+from tests.spark.test_writer_stream import ROWS_PER_FILE, write_input
+
+JOB = Path(__file__).with_name("sink_job.py")
+FILES = 9
+JOB_TIMEOUT_S = 120
+
+
+class Job:
+    """One run of the copy job, leading its own process group (Spark's JVM and workers)."""
+
+    def __init__(self, tmp_path: Path, bootstrap: str, run: int, *crash: str) -> None:
+        self.log = tmp_path / f"job-{run}.log"
+        self.checkpoint = tmp_path / "checkpoint"
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    str(JOB),
+                    "--bootstrap",
+                    bootstrap,
+                    "--input",
+                    str(tmp_path / "in"),
+                    "--checkpoint",
+                    str(self.checkpoint),
+                    "--topic",
+                    "out",
+                    *crash,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+            )
+
+    def batches(self, kind: str) -> set[int]:
+        """Batch ids in the checkpoint's ``offsets`` (planned) or ``commits`` (done) log."""
+        directory = self.checkpoint / kind
+        if not directory.is_dir():
+            return set()
+        return {int(p.name) for p in directory.iterdir() if p.name.isdigit()}
+
+    def wait(self) -> int:
+        try:
+            code = self.process.wait(timeout=JOB_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"the job did not end:\n{self.output()}") from None
+        return code
+
+    def kill(self) -> None:
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")[-5000:]
+
+
+def _copied_ids(bootstrap: str, *, isolation: str = "read_committed") -> list[int]:
+    records = read_committed(bootstrap, "out", partitions=2, isolation=isolation)
+    return sorted(json.loads(r.value or b"")["id"] for r in records)
+
+
+@pytest.fixture
+def bootstrap(broker: Broker, tmp_path: Path) -> str:
+    create_topic(broker.bootstrap_servers, "out", partitions=2)
+    write_input(tmp_path / "in", range(FILES))
+    return broker.bootstrap_servers
+
+
+def test_a_job_killed_again_and_again_writes_each_row_once(bootstrap: str, tmp_path: Path) -> None:
+    # 1. Killed while the tasks of batch 1 have their rows in open transactions.
+    job = Job(tmp_path, bootstrap, 1, "--crash-in-write", "1")
+    assert job.wait() == -signal.SIGKILL, job.output()
+    assert 1 in job.batches("offsets") and 1 not in job.batches("commits")
+
+    # 2. Killed after the tasks of batch 3 committed, before Spark recorded the batch: the
+    # restart replays it, and the sink must not write it again.
+    job = Job(tmp_path, bootstrap, 2, "--crash-after-commit", "3")
+    assert job.wait() == -signal.SIGKILL, job.output()
+    assert 3 in job.batches("offsets") and 3 not in job.batches("commits")
+    copied = _copied_ids(bootstrap)  # batches 0 to 3, a file each, all committed by the sink
+    assert len(copied) == len(set(copied)) == 4 * ROWS_PER_FILE
+
+    # 3. Killed from outside at whatever point it has reached after two more batches.
+    job = Job(tmp_path, bootstrap, 3)
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while len(job.batches("commits")) < 6:
+        assert job.process.poll() is None, f"the job ended early:\n{job.output()}"
+        assert time.monotonic() < deadline, f"no batch committed:\n{job.output()}"
+        time.sleep(0.02)
+    job.kill()
+    assert len(job.batches("commits")) < FILES, "killed too late: the job had finished"
+
+    # 4. Restarted once more, it finishes: every input row is in the output once.
+    job = Job(tmp_path, bootstrap, 4)
+    assert job.wait() == 0, job.output()
+    assert DONE in job.output()
+    assert _copied_ids(bootstrap) == list(range(FILES * ROWS_PER_FILE))
+    # The rows of the write killed in step 1 did reach the log, in a transaction now aborted.
+    assert len(_copied_ids(bootstrap, isolation="read_uncommitted")) > FILES * ROWS_PER_FILE
