@@ -85,6 +85,13 @@ CONSUMER_ONLY = frozenset(
 log a warning for each, so they go to the executors' consumers only."""
 
 
+CONSUMER_DEFAULTS = {"fetch.queue.backoff.ms": "10"}
+"""Defaults of the tasks' consumers, which ``kafka.*`` options override. librdkafka stops
+fetching for ``fetch.queue.backoff.ms`` (1000 ms by default) once ``queued.min.messages``
+are queued; the broker refills that queue in ~20 ms and a task drains it in a few, so with
+the default a task idled most of each second (BENCHMARKS.md, consume: 0.29M -> 1.7M msg/s)."""
+
+
 def admin_config(client_config: Mapping[str, str]) -> dict[str, str | int | float | bool]:
     return {k: v for k, v in client_config.items() if k not in CONSUMER_ONLY}
 
@@ -93,6 +100,7 @@ def consumer_config(client_config: Mapping[str, str]) -> dict[str, str]:
     """A consumer that reads assigned partitions only: no group, no commits, an event at the
     end of a partition, and an error (not a silent reset) at an offset out of range."""
     return {
+        **CONSUMER_DEFAULTS,
         **client_config,
         "enable.auto.commit": "false",
         "enable.auto.offset.store": "false",

@@ -36,10 +36,13 @@ __all__ = ["BATCH_ROWS", "ReadConfig", "read_range"]
 
 log = logging.getLogger(__name__)
 
-BATCH_ROWS = 20_000
-"""Rows per record batch: 2x Spark's ``spark.sql.execution.arrow.maxRecordsPerBatch``
-(10 000); larger batches did not read faster, smaller ones cost more per row."""
-CONSUME_MESSAGES = 5_000
+BATCH_ROWS = 10_000
+"""Rows per record batch, as Spark's ``spark.sql.execution.arrow.maxRecordsPerBatch``:
+10,000, 20,000 and 50,000 read equally fast (0.6-0.7M rows/s a task, measured), and smaller
+batches keep a task's memory small."""
+CONSUME_MESSAGES = 2_000
+"""Per ``consume`` call: 2,000 read 1.1M msg/s from a local broker, 5,000 0.6-0.8M, 10,000
+0.7-0.8M (measured on 2 cores; the broker's consume benchmark found the same)."""
 CONSUME_TIMEOUT_S = 0.05
 """``consume`` returns after this long even with fewer than CONSUME_MESSAGES records."""
 WATERMARK_TIMEOUT_S = 30.0
@@ -84,16 +87,19 @@ class _Columns:
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def add(self, message: Message) -> None:
-        self.keys.append(message.key())
-        self.values.append(message.value())
-        self.offsets.append(message.offset())  # type: ignore[arg-type]
-        kind, timestamp_ms = message.timestamp()
-        self.timestamps_us.append(timestamp_ms * 1000)
-        self.timestamp_types.append(kind - TIMESTAMP_TYPE_OFFSET)
+    def extend(self, messages: list[Message]) -> None:
+        """Add records (no error events): a column at a time, which is about twice as fast
+        in CPython as a loop over the records."""
+        self.keys += [m.key() for m in messages]
+        self.values += [m.value() for m in messages]
+        self.offsets += [m.offset() for m in messages]  # type: ignore[misc]
+        # Two passes, not a list of (type, ms) tuples: keeping thousands of tuples alive
+        # sets off the cyclic garbage collector (measured: 10x the cost of the calls).
+        self.timestamps_us += [m.timestamp()[1] * 1000 for m in messages]
+        self.timestamp_types += [m.timestamp()[0] - TIMESTAMP_TYPE_OFFSET for m in messages]
         if self.include_headers:
             # Spark's converter: null, not an empty array, for a record without headers.
-            self.headers.append(message.headers() or None)  # type: ignore[arg-type]
+            self.headers += [m.headers() or None for m in messages]  # type: ignore[misc]
 
     def flush(self) -> pa.RecordBatch:
         count = len(self.offsets)
@@ -145,8 +151,58 @@ def _out_of_range(
     return end
 
 
+def _one_by_one(
+    consumer: Consumer,
+    messages: list[Message],
+    columns: _Columns,
+    offset_range: OffsetRange,
+    position: int,
+    config: ReadConfig,
+) -> int:
+    """The records and events of one ``consume`` call that reaches the end of the range or
+    holds an event; returns the new position (``end`` once the range is done)."""
+    topic, partition, end = offset_range.topic, offset_range.partition, offset_range.end
+    for message in messages:
+        error = message.error()
+        if error is None:
+            offset: int = message.offset()  # type: ignore[assignment]
+            if offset >= end:
+                return end
+            columns.extend([message])
+            position = offset + 1
+            continue
+        code = error.code()
+        if code == KafkaError._PARTITION_EOF:
+            eof: int = message.offset()  # type: ignore[assignment]
+            if eof < end:
+                _report_loss(
+                    config,
+                    f"Offsets [{max(eof, position)}, {end}) of topic {topic!r} partition"
+                    f" {partition} are gone: the partition ends at {eof}.",
+                )
+            return end
+        if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+            position = _out_of_range(consumer, offset_range, position, config)
+            if position < end:
+                consumer.assign([TopicPartition(topic, partition, position)])
+            return position
+        if code in GONE:
+            _report_loss(
+                config,
+                f"Offsets [{position}, {end}) of topic {topic!r} partition {partition} are"
+                f" gone: the partition does not exist any more ({error.str()}).",
+            )
+            return end
+        if error.fatal():
+            raise SourceError(
+                f"reading topic {topic!r} partition {partition} at offset {position}: {error.str()}"
+            )
+        log.info("retrying %s-%d at %d after %s", topic, partition, position, error.str())
+    return position
+
+
 def read_range(offset_range: OffsetRange, config: ReadConfig) -> Iterator[pa.RecordBatch]:
-    """The records of ``offset_range`` in batches of up to :data:`BATCH_ROWS` rows."""
+    """The records of ``offset_range`` in batches of about :data:`BATCH_ROWS` rows."""
     topic, partition, end = offset_range.topic, offset_range.partition, offset_range.end
     position = offset_range.start
     if position >= end:
@@ -167,46 +223,12 @@ def read_range(offset_range: OffsetRange, config: ReadConfig) -> Iterator[pa.Rec
                     )
                 continue
             waited_since = time.monotonic()
-            for message in messages:
-                error = message.error()
-                if error is None:
-                    offset: int = message.offset()  # type: ignore[assignment]
-                    if offset >= end:
-                        position = end
-                        break
-                    columns.add(message)
-                    position = offset + 1
-                    continue
-                code = error.code()
-                if code == KafkaError._PARTITION_EOF:
-                    eof: int = message.offset()  # type: ignore[assignment]
-                    if eof < end:
-                        _report_loss(
-                            config,
-                            f"Offsets [{max(eof, position)}, {end}) of topic {topic!r}"
-                            f" partition {partition} are gone: the partition ends at {eof}.",
-                        )
-                    position = end
-                    break
-                if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                    position = _out_of_range(consumer, offset_range, position, config)
-                    if position < end:
-                        consumer.assign([TopicPartition(topic, partition, position)])
-                    break
-                if code in GONE:
-                    _report_loss(
-                        config,
-                        f"Offsets [{position}, {end}) of topic {topic!r} partition {partition}"
-                        f" are gone: the partition does not exist any more ({error.str()}).",
-                    )
-                    position = end
-                    break
-                if error.fatal():
-                    raise SourceError(
-                        f"reading topic {topic!r} partition {partition} at offset {position}:"
-                        f" {error.str()}"
-                    )
-                log.info("retrying %s-%d at %d after %s", topic, partition, position, error.str())
+            last: int = messages[-1].offset()  # type: ignore[assignment]
+            if last < end and all(m.error() is None for m in messages):
+                columns.extend(messages)  # the usual case: records only, all in the range
+                position = last + 1
+            else:
+                position = _one_by_one(consumer, messages, columns, offset_range, position, config)
             if len(columns) >= BATCH_ROWS:
                 yield columns.flush()
         if len(columns):
