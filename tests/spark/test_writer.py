@@ -12,8 +12,11 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
 
 from riverbed.broker import Broker
+from riverbed.spark.sink_config import SinkOptionError
+from riverbed.spark.writer import BatchWriter
 from tests.conftest import create_topic
 from tests.spark.sink_job import read_committed
 
@@ -170,3 +173,11 @@ def test_a_null_topic_fails_the_task_and_writes_nothing(
     with pytest.raises(Exception, match="null topic present in the data"):
         _save(df.coalesce(1), bootstrap)
     assert read_committed(bootstrap, "named", partitions=1) == []
+
+
+def test_a_batch_write_refuses_save_mode_overwrite_as_spark_s_kafka_sink() -> None:
+    schema = StructType([StructField("value", StringType())])
+    options = {"kafka.bootstrap.servers": "127.0.0.1:9092", "topic": "t"}
+    BatchWriter(options, schema)
+    with pytest.raises(SinkOptionError, match="Save mode Overwrite not allowed"):
+        BatchWriter(options, schema, overwrite=True)

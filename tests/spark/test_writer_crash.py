@@ -20,7 +20,7 @@ from tests.spark.sink_job import DONE, read_committed
 from tests.spark.test_writer_stream import ROWS_PER_FILE, write_input
 
 JOB = Path(__file__).with_name("sink_job.py")
-FILES = 9
+FILES = 8
 JOB_TIMEOUT_S = 120
 
 
@@ -86,6 +86,7 @@ def bootstrap(broker: Broker, tmp_path: Path) -> str:
     return broker.bootstrap_servers
 
 
+@pytest.mark.slow
 def test_a_job_killed_again_and_again_writes_each_row_once(bootstrap: str, tmp_path: Path) -> None:
     # 1. Killed while the tasks of batch 1 have their rows in open transactions.
     job = Job(tmp_path, bootstrap, 1, "--crash-in-write", "1")
@@ -100,10 +101,10 @@ def test_a_job_killed_again_and_again_writes_each_row_once(bootstrap: str, tmp_p
     copied = _copied_ids(bootstrap)  # batches 0 to 3, a file each, all committed by the sink
     assert len(copied) == len(set(copied)) == 4 * ROWS_PER_FILE
 
-    # 3. Killed from outside at whatever point it has reached after two more batches.
+    # 3. Killed from outside at whatever point it has reached after another batch.
     job = Job(tmp_path, bootstrap, 3)
     deadline = time.monotonic() + JOB_TIMEOUT_S
-    while len(job.batches("commits")) < 6:
+    while len(job.batches("commits")) < 5:
         assert job.process.poll() is None, f"the job ended early:\n{job.output()}"
         assert time.monotonic() < deadline, f"no batch committed:\n{job.output()}"
         time.sleep(0.02)
