@@ -11,6 +11,7 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from riverbed.broker import Broker
 from tests.conftest import create_topic
@@ -50,17 +51,44 @@ class Collected:
             return sorted((r.partition, r.offset) for r in self.rows)
 
 
-def test_every_record_exactly_once_while_producing(spark: SparkSession, broker: Broker) -> None:
-    bootstrap = broker.bootstrap_servers
-    create_topic(bootstrap, "events", partitions=2)
-    produce_values(bootstrap, "events", 0, [f"a{i}" for i in range(20)])
+def collect_stream(
+    spark: SparkSession, bootstrap: str, **options: str
+) -> tuple[StreamingQuery, Collected]:
+    """A running query that hands every micro-batch (every 0.5 s) to a Collected."""
     sink = Collected()
     query = (
-        stream(spark, bootstrap, subscribe="events", startingOffsets="earliest")
+        stream(spark, bootstrap, **options)
         .writeStream.foreachBatch(sink)
         .trigger(processingTime="0.5 seconds")
         .start()
     )
+    return query, sink
+
+
+def run_available_now(
+    spark: SparkSession, bootstrap: str, checkpoint: Path, **options: str
+) -> Collected:
+    """Run a query with Trigger.AvailableNow to its end (or its failure)."""
+    sink = Collected()
+    query = (
+        stream(spark, bootstrap, **options)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination(60)
+    finally:
+        query.stop()
+    return sink
+
+
+def test_every_record_exactly_once_while_producing(spark: SparkSession, broker: Broker) -> None:
+    bootstrap = broker.bootstrap_servers
+    create_topic(bootstrap, "events", partitions=2)
+    produce_values(bootstrap, "events", 0, [f"a{i}" for i in range(20)])
+    query, sink = collect_stream(spark, bootstrap, subscribe="events", startingOffsets="earliest")
     try:
         wait_for(lambda: sink.count() == 20, what="20 rows")
         produce_values(bootstrap, "events", 1, [f"b{i}" for i in range(30)])
@@ -149,17 +177,13 @@ def test_starting_timestamp(spark: SparkSession, broker: Broker, tmp_path: Path)
     bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, "stamped", partitions=2)
     produce(bootstrap, "stamped", [(i % 2, None, b"%d" % i, BASE_MS + i) for i in range(40)])
-    sink = Collected()
-    query = (
-        stream(spark, bootstrap, subscribe="stamped", startingTimestamp=str(BASE_MS + 25))
-        .writeStream.foreachBatch(sink)
-        .trigger(availableNow=True)
-        .start()
+    sink = run_available_now(
+        spark,
+        bootstrap,
+        tmp_path / "checkpoint",
+        subscribe="stamped",
+        startingTimestamp=str(BASE_MS + 25),
     )
-    try:
-        assert query.awaitTermination(60)
-    finally:
-        query.stop()
     assert sorted(int(r.value) for r in sink.rows) == list(range(25, 40))
 
 
@@ -169,12 +193,8 @@ def test_new_partitions_and_topics_are_read_from_their_start(
     bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, "grow-a", partitions=1)
     produce_values(bootstrap, "grow-a", 0, ["a0"] * 5)
-    sink = Collected()
-    query = (
-        stream(spark, bootstrap, subscribePattern="grow-.*", startingOffsets="earliest")
-        .writeStream.foreachBatch(sink)
-        .trigger(processingTime="0.5 seconds")
-        .start()
+    query, sink = collect_stream(
+        spark, bootstrap, subscribePattern="grow-.*", startingOffsets="earliest"
     )
     try:
         wait_for(lambda: sink.count() == 5, what="5 rows")
@@ -195,29 +215,14 @@ def test_new_partitions_and_topics_are_read_from_their_start(
     )
 
 
-def run_available_now(
-    spark: SparkSession, bootstrap: str, checkpoint: Path, **options: str
-) -> Collected:
-    sink = Collected()
-    query = (
-        stream(spark, bootstrap, subscribe="retained", startingOffsets="earliest", **options)
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        query.awaitTermination(60)
-    finally:
-        query.stop()
-    return sink
+RETAINED = {"subscribe": "retained", "startingOffsets": "earliest"}
 
 
 def test_fail_on_data_loss(spark: SparkSession, broker: Broker, tmp_path: Path) -> None:
     bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, "retained", partitions=1)
     produce_values(bootstrap, "retained", 0, [f"v{i}" for i in range(50)])
-    first = run_available_now(spark, bootstrap, tmp_path / "checkpoint")
+    first = run_available_now(spark, bootstrap, tmp_path / "checkpoint", **RETAINED)
     assert first.count() == 50
     # The checkpoint is at offset 50. Records 50..99 arrive and 50..79 are deleted.
     produce_values(bootstrap, "retained", 0, [f"v{i}" for i in range(50, 100)])
@@ -226,8 +231,10 @@ def test_fail_on_data_loss(spark: SparkSession, broker: Broker, tmp_path: Path) 
     assert next(iter(deleted.values())).result(30).low_watermark == 80
 
     with pytest.raises(StreamingQueryException, match=r"Offsets \[50, 80\) of topic 'retained'"):
-        run_available_now(spark, bootstrap, tmp_path / "checkpoint")
-    skipped = run_available_now(spark, bootstrap, tmp_path / "checkpoint", failOnDataLoss="false")
+        run_available_now(spark, bootstrap, tmp_path / "checkpoint", **RETAINED)
+    skipped = run_available_now(
+        spark, bootstrap, tmp_path / "checkpoint", failOnDataLoss="false", **RETAINED
+    )
     assert skipped.positions() == [(0, o) for o in range(80, 100)]
 
 
@@ -252,6 +259,37 @@ def test_offsets_in_the_checkpoint_are_spark_kafka_json(
     bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, "retained", partitions=1)
     produce_values(bootstrap, "retained", 0, ["v"] * 12)
-    run_available_now(spark, bootstrap, tmp_path / "checkpoint")
+    run_available_now(spark, bootstrap, tmp_path / "checkpoint", **RETAINED)
     last = (tmp_path / "checkpoint" / "offsets" / "0").read_text().splitlines()[-1]
     assert json.loads(last) == {"retained": {"0": 12}}
+
+
+def test_a_deleted_topic_is_data_loss(spark: SparkSession, broker: Broker) -> None:
+    bootstrap = broker.bootstrap_servers
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for lenient in (True, False):
+        kept, dropped = f"keep-{lenient}", f"drop-{lenient}"
+        create_topic(bootstrap, kept, partitions=1)
+        create_topic(bootstrap, dropped, partitions=1)
+        produce_values(bootstrap, dropped, 0, ["d"] * 3)
+        query, sink = collect_stream(
+            spark,
+            bootstrap,
+            subscribe=f"{kept},{dropped}",
+            startingOffsets="earliest",
+            failOnDataLoss=str(not lenient).lower(),
+        )
+        try:
+            wait_for(lambda: sink.count() == 3, what="3 rows")  # noqa: B023
+            admin.delete_topics([dropped])[dropped].result(30)
+            produce_values(bootstrap, kept, 0, ["k"] * 4)
+            if lenient:
+                wait_for(lambda: sink.count() == 7, what="7 rows")  # noqa: B023
+                assert query.isActive
+            else:
+                with pytest.raises(
+                    StreamingQueryException, match=f"Topic '{dropped}' partition 0 is gone"
+                ):
+                    query.awaitTermination(30)
+        finally:
+            query.stop()
