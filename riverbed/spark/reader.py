@@ -156,6 +156,10 @@ class BatchReader(_ClientOwner, DataSourceReader):
         return _read(partition)
 
 
+def _monotonic_ms() -> float:
+    return time.monotonic() * 1000
+
+
 class StreamReader(_ClientOwner, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("riverbed")``: micro-batches of offset ranges."""
 
@@ -164,7 +168,7 @@ class StreamReader(_ClientOwner, DataSourceStreamReader, SupportsTriggerAvailabl
         options: Mapping[str, str],
         schema: StructType,
         *,
-        clock_ms: Callable[[], float] = lambda: time.monotonic() * 1000,
+        clock_ms: Callable[[], float] = _monotonic_ms,
     ) -> None:
         self._options = parse_source_options(options, streaming=True)
         self._client = None

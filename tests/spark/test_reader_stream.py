@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, Row, SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from riverbed.broker import Broker
 from tests.conftest import create_topic
@@ -293,3 +294,29 @@ def test_a_deleted_topic_is_data_loss(spark: SparkSession, broker: Broker) -> No
                     query.awaitTermination(30)
         finally:
             query.stop()
+
+
+def test_min_offsets_per_trigger_holds_small_batches_back(
+    spark: SparkSession, broker: Broker
+) -> None:
+    bootstrap = broker.bootstrap_servers
+    create_topic(bootstrap, "trickle", partitions=1)
+    produce_values(bootstrap, "trickle", 0, ["first"] * 5)
+    query, sink = collect_stream(
+        spark,
+        bootstrap,
+        subscribe="trickle",
+        startingOffsets="earliest",
+        minOffsetsPerTrigger="10",
+        maxTriggerDelay="60s",
+    )
+    try:
+        wait_for(lambda: sink.count() == 5, what="the first batch")  # never held back
+        produce_values(bootstrap, "trickle", 0, ["second"] * 5)
+        time.sleep(2)  # four triggers: 5 offsets are fewer than 10, and 60 s have not passed
+        assert sink.count() == 5
+        produce_values(bootstrap, "trickle", 0, ["third"] * 5)
+        wait_for(lambda: sink.count() == 15, what="15 rows")
+    finally:
+        query.stop()
+    assert input_rows(query) == [5, 10]
