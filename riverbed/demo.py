@@ -7,12 +7,15 @@ events keyed by user, reads it back, and shows the per-partition offsets, per-ke
 throughput; then two consumers share the topic in a consumer group, and after more events
 arrive the demo shows the group's lag; then a consume-transform-produce job copies the
 clicks to another topic exactly once with transactions (and aborts a transaction of junk on
-purpose); last, the files on disk. Later issues extend it.
+purpose); then a Spark Structured Streaming query counts clicks per page through the
+riverbed data source and writes the counts back exactly once (:mod:`riverbed.demo_spark`);
+last, the files on disk. Later issues extend it.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import shutil
@@ -30,6 +33,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from riverbed import demo_spark
 from riverbed.broker import Broker
 
 TOPIC = "clicks"
@@ -350,6 +354,11 @@ def run(data_dir: Path, *, count: int) -> None:
 
         _share_in_a_group(bootstrap, total=total, producer=producer)
         _exactly_once(bootstrap, total=total + 1_000)
+
+        _section("Spark: clicks per page, a streaming query on the riverbed data source")
+        demo_spark.run(bootstrap, topic=TOPIC, partitions=PARTITIONS)
+        del producer
+        gc.collect()  # close every client before the broker stops (no reconnect noise)
 
     _section("on disk (Kafka's layout)")
     _show_data_dir(data_dir)

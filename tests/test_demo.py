@@ -25,3 +25,5 @@ def test_the_demo_runs_and_every_check_it_prints_holds(tmp_path: Path) -> None:
     assert "read_committed reader: 6,000 records (each click once: True)" in out
     assert "read_uncommitted reader: 6,100 records (the aborted junk too)" in out
     assert "__transaction_state-0..49/" in out
+    assert "query read 6,000 records of 'clicks'" in out  # the Spark section
+    assert "equal to a plain Python count of the topic: True" in out

@@ -15,6 +15,7 @@ The data source mirrors Spark's Kafka connector (see :mod:`riverbed.spark.source
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
@@ -48,12 +49,19 @@ def session(
     - ``spark.sql.shuffle.partitions`` = the cores (Spark's 200 makes every stateful
       micro-batch run 200 tiny tasks on a laptop);
     - UTC session time zone (event time in riverbed is epoch milliseconds, UTC);
+    - Python workers run this interpreter (``sys.executable``, so the virtualenv with
+      riverbed in it) unless ``PYSPARK_PYTHON`` says otherwise; Spark's own default is
+      ``python3`` on the PATH, which cannot import riverbed; a local master binds to
+      127.0.0.1 unless ``SPARK_LOCAL_IP`` says otherwise;
     - Arrow for pandas conversions, and the log level ``log_level``.
 
     ``config`` entries override these. Against a cluster, pass ``master`` (e.g.
     ``spark://host:7077``) or use ``spark-submit``; nothing else changes.
     """
     cores = os.cpu_count() or 2
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # read when the JVM starts
+    if master is None or master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "resolves to loopback" warning
     settings = {
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",

@@ -21,7 +21,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from riverbed.spark.reader import BatchReader, StreamReader
 from riverbed.spark.schema import source_schema
+from riverbed.spark.writer import BatchWriter, StreamWriter
 
 __all__ = ["SOURCE_NAME", "RiverbedDataSource"]
 
@@ -40,21 +42,13 @@ class RiverbedDataSource(DataSource):
         return source_schema(include_headers=include)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from riverbed.spark.reader import BatchReader
-
         return BatchReader(dict(self.options), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from riverbed.spark.reader import StreamReader
-
         return StreamReader(dict(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from riverbed.spark.writer import BatchWriter
-
-        return BatchWriter(dict(self.options), schema)
+        return BatchWriter(dict(self.options), schema, overwrite=overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from riverbed.spark.writer import StreamWriter
-
         return StreamWriter(dict(self.options), schema)
