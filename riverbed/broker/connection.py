@@ -65,12 +65,18 @@ class Connection:
         self._frames = FrameReader(max_frame_bytes=state.config.socket_request_max_bytes)
         self._slots = asyncio.Semaphore(state.config.max_in_flight_per_connection)
         self._pending: asyncio.Queue[asyncio.Task[Parts | None] | None] = asyncio.Queue()
+        self._answering: asyncio.Task[Parts | None] | None = None
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
 
     def abort(self) -> None:
-        """Drop the connection now (broker shutdown): pending requests are cancelled."""
+        """Drop the connection now (broker shutdown): pending requests are cancelled, the
+        one being answered too (a long-polling Fetch would keep its wait), and the
+        responder is told to end (cancelling the queue drops its end marker)."""
         self._cancel_pending()
+        if self._answering is not None:
+            self._answering.cancel()
+        self._pending.put_nowait(None)
         self._writer.transport.abort()
 
     async def serve(self) -> None:
@@ -155,9 +161,12 @@ class Connection:
 
     async def _respond(self) -> None:
         while (task := await self._pending.get()) is not None:
+            self._answering = task
             try:
                 answer = await task
             except asyncio.CancelledError:
+                if task.cancelled():  # abort() cancelled the request: nothing to send
+                    return
                 raise
             except Exception:
                 # A bug in a handler must not take the broker down: drop this client
@@ -165,6 +174,8 @@ class Connection:
                 log.exception("%s: failed to serve a request; closing connection", self.peer)
                 self._writer.close()
                 return
+            finally:
+                self._answering = None
             if answer is not None:
                 try:
                     await self._write(answer)

@@ -189,3 +189,19 @@ def test_fetch_sends_stored_batches_with_sendfile(
     assert len(decode_records(records[: len(batches[0])])) == 100
     assert len(records) == sum(len(b) for b in batches)
     assert sum(sent_by_sendfile) == len(records), "every stored byte went out by sendfile"
+
+
+def test_stop_does_not_wait_for_a_fetch_whose_client_left(tmp_path: Path) -> None:
+    """A client sends a long-polling Fetch and closes its socket; the broker stops during
+    the wait. It must stop at once, not after its 5 s grace for connections (Spark tasks
+    close their consumers with a fetch still out)."""
+    broker = Broker(tmp_path / "data", listen="127.0.0.1:0").start()
+    create_topic(broker.bootstrap_servers, "w", partitions=1)
+    client = WireClient(broker.bootstrap_servers)
+    client.send(FETCH, 12, fetch_request("w", 0, max_wait_ms=30_000, min_bytes=1))
+    time.sleep(0.3)  # the Fetch is waiting in the purgatory
+    client.close()
+    time.sleep(0.3)  # the broker saw the close
+    started = time.monotonic()
+    broker.stop()
+    assert time.monotonic() - started < 2

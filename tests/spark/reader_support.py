@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 
-import pytest
 from confluent_kafka import IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
-
-from riverbed.broker import Broker
-
-# Spark's Python workers run `python3` from PATH unless told otherwise; they need this
-# interpreter (the one with riverbed, pyarrow and confluent-kafka). The session is created
-# by the `spark` fixture after the test modules are imported.
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 Record = tuple[int, bytes | None, bytes, int]
 """(partition, key, value, timestamp_ms)."""
@@ -78,16 +68,3 @@ def wait_for(condition: Callable[[], bool], *, timeout_s: float = 60, what: str 
 def input_rows(query: StreamingQuery) -> list[int]:
     """numInputRows of every micro-batch that read something, in order."""
     return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"] > 0]
-
-
-@pytest.fixture(autouse=False)
-def settle_fetches(broker: Broker) -> Iterator[None]:
-    """Give the broker time to answer the fetches of consumers Spark's tasks just closed.
-
-    Works around a broker bug: a connection whose client closed while its Fetch waited in
-    the purgatory is not torn down if the broker stops within that wait (``abort()`` drains
-    the responder's end-of-queue sentinel), and ``Broker.stop`` then waits 5 s for it.
-    librdkafka's ``fetch.wait.max.ms`` is 500 ms.
-    """
-    yield
-    time.sleep(0.6)

@@ -164,7 +164,6 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--crash-in-write", type=int, default=-1)
     parser.add_argument("--crash-after-commit", type=int, default=-1)
     args = parser.parse_args(argv)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = riverbed.spark.session(
         "riverbed-sink-job",
         master="local[2]",

@@ -19,11 +19,8 @@ from tests.spark.reader_support import (
     Record,
     end_offsets,
     produce,
-    settle_fetches,
     wait_for,
 )
-
-pytestmark = pytest.mark.usefixtures(settle_fetches.__name__)
 
 
 def read(spark: SparkSession, bootstrap: str, **options: str) -> DataFrame:

@@ -14,9 +14,7 @@ from riverbed.spark.offsets import OffsetRange
 from riverbed.spark.range_reader import BATCH_ROWS, CONSUME_MESSAGES, ReadConfig, read_range
 from riverbed.spark.schema import arrow_schema
 from tests.conftest import create_topic
-from tests.spark.reader_support import end_offsets, settle_fetches, wait_for
-
-pytestmark = pytest.mark.usefixtures(settle_fetches.__name__)
+from tests.spark.reader_support import end_offsets, wait_for
 
 
 def config(bootstrap: str, *, include_headers: bool = False, fail: bool = True) -> ReadConfig:

@@ -21,12 +21,9 @@ from tests.spark.reader_support import (
     input_rows,
     produce,
     produce_values,
-    settle_fetches,
     stream,
     wait_for,
 )
-
-pytestmark = pytest.mark.usefixtures(settle_fetches.__name__)
 
 
 class Collected:

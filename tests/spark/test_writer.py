@@ -4,9 +4,7 @@ confluent-kafka consumer: Spark's Kafka sink columns and options, and its errors
 from __future__ import annotations
 
 import datetime as dt
-import os
 import re
-import sys
 from collections.abc import Iterator
 
 import pytest
@@ -19,10 +17,6 @@ from riverbed.spark.sink_config import SinkOptionError
 from riverbed.spark.writer import BatchWriter
 from tests.conftest import create_topic
 from tests.spark.sink_job import read_committed
-
-# Spark starts Python workers with PYSPARK_PYTHON (default: "python3" on the PATH), which
-# is not this virtualenv's unless it is activated.
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
 @pytest.fixture

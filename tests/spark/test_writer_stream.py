@@ -5,8 +5,6 @@ was lost, read back read_committed."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -17,8 +15,6 @@ from riverbed.broker import Broker
 from tests.conftest import create_topic
 from tests.spark.reader_support import produce
 from tests.spark.sink_job import INPUT_SCHEMA, Record, read_committed
-
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # see test_writer.py
 
 ROWS_PER_FILE = 50
 
