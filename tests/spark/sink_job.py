@@ -1,14 +1,15 @@
 """A streaming copy job into the ``riverbed`` sink, run as its own process by the crash tests,
 and the read_committed reader the sink tests check the output with.
 
-    python tests/spark/sink_job.py --bootstrap HOST:PORT --input DIR --checkpoint DIR \
-        --topic T [--crash-in-write BATCH | --crash-after-commit BATCH]
+    python tests/spark/sink_job.py --bootstrap HOST:PORT (--input DIR | --source-topic T) \
+        --checkpoint DIR --topic T [--crash-in-write BATCH | --crash-after-commit BATCH]
 
 The job reads JSON files ``{"id": int, "payload": str}`` from ``--input`` one file per
 micro-batch (a deterministic, replayable source), hash-partitions them by id into two write
 tasks, and writes ``key = id``, ``value = the row as JSON`` to ``--topic`` with
 ``trigger(availableNow=True)``: it ends when every file is written. It prints
-``sink job done`` then.
+``sink job done`` then. With ``--source-topic`` it copies that topic instead, read with the
+riverbed source, :data:`SOURCE_RECORDS_PER_BATCH` records per micro-batch.
 
 The crash options kill the whole job with SIGKILL (its process group, which the test made
 it lead, and the Python worker doing it) at a chosen point of micro-batch ``BATCH``:
@@ -155,10 +156,14 @@ class CrashingDataSource(RiverbedDataSource):
         return CrashingStreamWriter(dict(self.options), schema)
 
 
+SOURCE_RECORDS_PER_BATCH = 500
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--bootstrap", required=True)
-    parser.add_argument("--input", required=True)
+    parser.add_argument("--input", help="a directory of JSON files to copy")
+    parser.add_argument("--source-topic", help="a topic to copy, read with the riverbed source")
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--crash-in-write", type=int, default=-1)
@@ -171,16 +176,28 @@ def main(argv: list[str]) -> int:
         config={"spark.sql.shuffle.partitions": "2"},
     )
     spark.dataSource.register(CrashingDataSource)
-    rows = (
-        spark.readStream.schema(INPUT_SCHEMA)
-        .option("maxFilesPerTrigger", 1)
-        .json(args.input)
-        .repartition(2, "id")
-        .select(
-            F.col("id").cast("string").alias("key"),
-            F.to_json(F.struct("id", "payload")).alias("value"),
+    if args.source_topic:
+        rows = (
+            spark.readStream.format("riverbed")
+            .option("kafka.bootstrap.servers", args.bootstrap)
+            .option("subscribe", args.source_topic)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", SOURCE_RECORDS_PER_BATCH)
+            .load()
+            .repartition(2, "key")
+            .select(F.col("key").cast("string").alias("key"), "value")
         )
-    )
+    else:
+        rows = (
+            spark.readStream.schema(INPUT_SCHEMA)
+            .option("maxFilesPerTrigger", 1)
+            .json(args.input)
+            .repartition(2, "id")
+            .select(
+                F.col("id").cast("string").alias("key"),
+                F.to_json(F.struct("id", "payload")).alias("value"),
+            )
+        )
     query = (
         rows.writeStream.format(CRASHING_SOURCE)
         .option("kafka.bootstrap.servers", args.bootstrap)

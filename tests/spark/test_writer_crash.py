@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -13,10 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 
 from riverbed.broker import Broker
 from tests.conftest import create_topic
-from tests.spark.sink_job import DONE, read_committed
+from tests.spark.sink_job import DONE, SOURCE_RECORDS_PER_BATCH, read_committed
 from tests.spark.test_writer_stream import ROWS_PER_FILE, write_input
 
 JOB = Path(__file__).with_name("sink_job.py")
@@ -27,8 +29,11 @@ JOB_TIMEOUT_S = 120
 class Job:
     """One run of the copy job, leading its own process group (Spark's JVM and workers)."""
 
-    def __init__(self, tmp_path: Path, bootstrap: str, run: int, *crash: str) -> None:
+    def __init__(
+        self, tmp_path: Path, bootstrap: str, run: int, *crash: str, source: str | None = None
+    ) -> None:
         self.log = tmp_path / f"job-{run}.log"
+        where = ["--source-topic", source] if source else ["--input", str(tmp_path / "in")]
         self.checkpoint = tmp_path / "checkpoint"
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(
@@ -37,8 +42,7 @@ class Job:
                     str(JOB),
                     "--bootstrap",
                     bootstrap,
-                    "--input",
-                    str(tmp_path / "in"),
+                    *where,
                     "--checkpoint",
                     str(self.checkpoint),
                     "--topic",
@@ -118,3 +122,28 @@ def test_a_job_killed_again_and_again_writes_each_row_once(bootstrap: str, tmp_p
     assert _copied_ids(bootstrap) == list(range(FILES * ROWS_PER_FILE))
     # The rows of the write killed in step 1 did reach the log, in a transaction now aborted.
     assert len(_copied_ids(bootstrap, isolation="read_uncommitted")) > FILES * ROWS_PER_FILE
+
+
+@pytest.mark.slow
+def test_a_riverbed_to_riverbed_copy_killed_and_restarted_writes_each_record_once(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    """The same with the riverbed source as input: a topic of 3,000 records copied 500 per
+    micro-batch, killed with SIGKILL from outside after some batches, restarted to the end."""
+    total = 3_000
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(total):
+        producer.produce("in", key=str(i), value=json.dumps({"id": i, "payload": "x" * 50}))
+    assert producer.flush(30) == 0
+    job = Job(tmp_path, bootstrap, 1, source="in")
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while len(job.batches("commits")) < 2:
+        assert job.process.poll() is None, f"the job ended early:\n{job.output()}"
+        assert time.monotonic() < deadline, f"no batch committed:\n{job.output()}"
+        time.sleep(0.02)
+    time.sleep(random.uniform(0, 0.5))  # somewhere in a later batch, if it is still running
+    job.kill()
+    assert len(job.batches("commits")) < total // SOURCE_RECORDS_PER_BATCH, "killed too late"
+    job = Job(tmp_path, bootstrap, 2, source="in")
+    assert job.wait() == 0, job.output()
+    assert _copied_ids(bootstrap) == list(range(total))
