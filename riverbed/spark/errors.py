@@ -1,8 +1,13 @@
-"""Errors of the ``riverbed`` data source.
+"""Errors of the ``riverbed`` data source, one hierarchy for reading and writing.
 
-    SourceError                       anything the source refuses or cannot do
-    ├── SourceOptionError (ValueError)  a bad option: the message names it and what is allowed
-    └── DataLossError                   offsets the query needs are gone (``failOnDataLoss``)
+    RiverbedSparkError                    anything the data source refuses or cannot do
+    ├── SourceError                       ... when reading
+    │   ├── SourceOptionError (ValueError)  a bad option: the message names it
+    │   └── DataLossError                   offsets the query needs are gone (failOnDataLoss)
+    └── SinkError                         ... when writing (riverbed.spark.sink_config)
+        ├── SinkOptionError (ValueError)    a bad option or input column
+        ├── SinkDataError (ValueError)      a row that cannot be written as it is
+        └── SinkWriteError                  the broker refused the rows or their transaction
 
 Spark shows them inside its own exception (``StreamingQueryException``, ``PythonException``)
 with the message intact; they carry no Spark types so that pure logic stays testable
@@ -11,10 +16,14 @@ without a SparkSession.
 
 from __future__ import annotations
 
-__all__ = ["DataLossError", "SourceError", "SourceOptionError"]
+__all__ = ["DataLossError", "RiverbedSparkError", "SourceError", "SourceOptionError"]
 
 
-class SourceError(Exception):
+class RiverbedSparkError(Exception):
+    """Base class of every error the ``riverbed`` data source raises on purpose."""
+
+
+class SourceError(RiverbedSparkError):
     """The ``riverbed`` source cannot do what was asked."""
 
 

@@ -44,6 +44,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from riverbed.spark.errors import RiverbedSparkError
+
 __all__ = [
     "BOOTSTRAP_SERVERS_OPTION",
     "TOPIC_OPTION",
@@ -93,8 +95,8 @@ CLIENT_OPTION_PREFIXES = (
 reach and authenticate to the brokers); producer settings would only draw warnings there."""
 
 
-class SinkError(Exception):
-    """The ``riverbed`` sink cannot do what was asked."""
+class SinkError(RiverbedSparkError):
+    """The ``riverbed`` sink cannot do what was asked (see riverbed.spark.errors)."""
 
 
 class SinkOptionError(SinkError, ValueError):
