@@ -10,7 +10,8 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP)
 
-# Debian packages the tests use (kcat is librdkafka's command-line client).
+# Debian packages the tests use (kcat is librdkafka's command-line client; PostgreSQL for the
+# CDC tests, which start private clusters of their own; Java 17 for Spark).
 # The venv is rebuilt only when pyproject.toml changes.
 $(STAMP): pyproject.toml
 	@command -v kcat >/dev/null 2>&1 || { \
@@ -19,6 +20,9 @@ $(STAMP): pyproject.toml
 	@java -version 2>&1 | grep -qE 'version "(1[7-9]|[2-9][0-9])' || { \
 	  echo "installing Java 17 for Spark (Debian's openjdk-17-jre-headless)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
+	@command -v pg_ctl >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { \
+	  echo "installing PostgreSQL for the CDC tests (Debian)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
 	@touch $(STAMP)
