@@ -162,10 +162,14 @@ def plan_cleaning(log: Log, *, now_ms: int, settings: CleanerSettings) -> Cleani
     config = log.config
     if not config.compacted:
         return None
-    segments, first_dirty = _cleanable(log, now_ms=now_ms)
-    if not segments:
+    cleanable = _cleanable(log, now_ms=now_ms)
+    if not cleanable:
         return None
+    segments = [segment for segment, _ in cleanable]
     checkpoint = read_checkpoint(log.directory)
+    first_dirty = segments[0].base_offset
+    if checkpoint is not None:
+        first_dirty = max(first_dirty, checkpoint.first_dirty_offset)
     dirty = [s for s in segments if s.base_offset >= first_dirty]
     total_bytes = sum(s.size for s in segments)
     dirty_bytes = sum(s.size for s in dirty)
@@ -177,15 +181,14 @@ def plan_cleaning(log: Log, *, now_ms: int, settings: CleanerSettings) -> Cleani
     )
     if not due or (not dirty_bytes and horizon is None):
         return None
-    ends = [s.base_offset for s in log.segments[1 : len(segments) + 1]]
     return CleaningJob(
         directory=str(log.directory),
         segments=tuple(
             SourceSegment(base_offset=s.base_offset, end_offset=end, size=s.size)
-            for s, end in zip(segments, ends, strict=True)
+            for s, end in cleanable
         ),
         first_dirty_offset=first_dirty,
-        aborted=tuple(log.aborted_transactions(segments[0].base_offset, ends[-1])),
+        aborted=tuple(log.aborted_transactions(segments[0].base_offset, cleanable[-1][1])),
         now_ms=now_ms,
         delete_retention_ms=config.delete_retention_ms,
         segment_bytes=config.segment_bytes,
@@ -204,23 +207,20 @@ def _first_timestamp(segment: LogSegment) -> int:
     return segment.created_ms if timestamp == NO_TIMESTAMP else timestamp
 
 
-def _cleanable(log: Log, *, now_ms: int | None) -> tuple[list[LogSegment], int]:
-    """The segments wholly below the first uncleanable offset, and the first dirty offset."""
+def _cleanable(log: Log, *, now_ms: int) -> list[tuple[LogSegment, int]]:
+    """The segments wholly below the first uncleanable offset, each with where it ends (the
+    next segment's base offset)."""
     segments = list(log.segments)
     limit = min(segments[-1].base_offset, log.last_stable_offset, log.recovery_point)
     lag_ms = log.config.min_compaction_lag_ms
-    cleanable: list[LogSegment] = []
+    cleanable: list[tuple[LogSegment, int]] = []
     for segment, end in zip(segments, [s.base_offset for s in segments[1:]], strict=False):
         if end > limit:
             break
-        if now_ms is not None and lag_ms and now_ms - segment.largest_timestamp < lag_ms:
+        if lag_ms and now_ms - segment.largest_timestamp < lag_ms:
             break  # a record younger than min.compaction.lag.ms
-        cleanable.append(segment)
-    checkpoint = read_checkpoint(log.directory)
-    first_dirty = cleanable[0].base_offset if cleanable else 0
-    if checkpoint is not None:
-        first_dirty = max(first_dirty, checkpoint.first_dirty_offset)
-    return cleanable, first_dirty
+        cleanable.append((segment, end))
+    return cleanable
 
 
 # --- 3. installing (the log's thread) -------------------------------------------------------
