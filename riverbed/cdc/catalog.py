@@ -26,8 +26,10 @@ __all__ = [
     "CaptureSetupError",
     "TableInfo",
     "ensure_publication",
+    "identifier",
     "inspect_tables",
     "parse_table_name",
+    "quoted_name",
 ]
 
 
@@ -58,10 +60,22 @@ def parse_table_name(text: str) -> tuple[str, str]:
 
 
 def inspect_tables(
-    cursor: Any, tables: Sequence[str], *, keys: Mapping[str, Sequence[str]] | None = None
+    cursor: Any,
+    tables: Sequence[str],
+    *,
+    keys: Mapping[str, Sequence[str]] | None = None,
+    logical: bool = True,
 ) -> list[TableInfo]:
     """Check the database and the ``tables`` (``schema.table``); their key columns and
-    replica identity. ``keys`` gives key columns for tables without a primary key."""
+    replica identity. ``keys`` gives key columns for tables without a primary key. Without
+    ``logical`` (trigger-based capture), wal_level and the replication privilege are not
+    checked."""
+    if logical:
+        _check_logical(cursor)
+    return [_inspect_table(cursor, name, keys or {}) for name in tables]
+
+
+def _check_logical(cursor: Any) -> None:
     cursor.execute("SHOW wal_level")
     (wal_level,) = cursor.fetchone()
     if wal_level != "logical":
@@ -77,58 +91,53 @@ def inspect_tables(
             "the user may not replicate: ALTER ROLE <user> WITH REPLICATION (or connect as a "
             "superuser)"
         )
-    found = []
-    for name in tables:
-        schema, table = parse_table_name(name)
-        cursor.execute(
-            "SELECT c.oid, c.relreplident FROM pg_class c "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
-            (schema, table),
+
+
+def _inspect_table(cursor: Any, name: str, keys: Mapping[str, Sequence[str]]) -> TableInfo:
+    schema, table = parse_table_name(name)
+    cursor.execute(
+        "SELECT c.oid, c.relreplident FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
+        (schema, table),
+    )
+    row = cursor.fetchone()
+    if row is None:
+        raise CaptureSetupError(f"table {schema}.{table} does not exist")
+    oid, identity = row
+    cursor.execute("SELECT has_table_privilege(%s, 'SELECT')", (oid,))
+    if not cursor.fetchone()[0]:
+        raise CaptureSetupError(
+            f"the user may not read {schema}.{table} (the snapshot needs SELECT): "
+            f"GRANT SELECT ON {schema}.{table} TO <user>"
         )
-        row = cursor.fetchone()
-        if row is None:
-            raise CaptureSetupError(f"table {schema}.{table} does not exist")
-        oid, identity = row
-        cursor.execute("SELECT has_table_privilege(%s, 'SELECT')", (oid,))
-        if not cursor.fetchone()[0]:
-            raise CaptureSetupError(
-                f"the user may not read {schema}.{table} (the snapshot needs SELECT): "
-                f"GRANT SELECT ON {schema}.{table} TO <user>"
-            )
-        cursor.execute(
-            "SELECT a.attname FROM pg_index i "
-            "JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, position) ON true "
-            "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
-            "WHERE i.indrelid = %s AND i.indisprimary ORDER BY k.position",
-            (oid,),
+    cursor.execute(
+        "SELECT a.attname FROM pg_index i "
+        "JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, position) ON true "
+        "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+        "WHERE i.indrelid = %s AND i.indisprimary ORDER BY k.position",
+        (oid,),
+    )
+    key_columns = tuple(r[0] for r in cursor.fetchall())
+    given = keys.get(f"{schema}.{table}")
+    if given:
+        key_columns = tuple(given)
+    if not key_columns:
+        raise CaptureSetupError(
+            f"table {schema}.{table} has no primary key: add one, or name the key "
+            f"columns (--key {schema}.{table}=col1,col2)"
         )
-        key_columns = tuple(r[0] for r in cursor.fetchall())
-        given = (keys or {}).get(f"{schema}.{table}")
-        if given:
-            key_columns = tuple(given)
-        if not key_columns:
-            raise CaptureSetupError(
-                f"table {schema}.{table} has no primary key: add one, or name the key "
-                f"columns (--key {schema}.{table}=col1,col2)"
-            )
-        found.append(
-            TableInfo(
-                schema=schema,
-                table=table,
-                key_columns=key_columns,
-                replica_identity=str(identity),
-            )
-        )
-    return found
+    return TableInfo(
+        schema=schema, table=table, key_columns=key_columns, replica_identity=str(identity)
+    )
 
 
 def ensure_publication(cursor: Any, name: str, tables: Sequence[TableInfo]) -> None:
     """Create publication ``name`` for ``tables``, or add the ones it lacks."""
     cursor.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,))
-    listed = ", ".join(_quoted(t) for t in tables)
+    listed = ", ".join(quoted_name(t) for t in tables)
     if cursor.fetchone() is None:
-        cursor.execute(f'CREATE PUBLICATION "{name}" FOR TABLE {listed}')
+        cursor.execute(f"CREATE PUBLICATION {identifier(name)} FOR TABLE {listed}")
         return
     cursor.execute(
         "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s", (name,)
@@ -136,12 +145,15 @@ def ensure_publication(cursor: Any, name: str, tables: Sequence[TableInfo]) -> N
     present = {(schema, table) for schema, table in cursor.fetchall()}
     missing = [t for t in tables if (t.schema, t.table) not in present]
     if missing:
-        cursor.execute(
-            f'ALTER PUBLICATION "{name}" ADD TABLE {", ".join(_quoted(t) for t in missing)}'
-        )
+        added = ", ".join(quoted_name(t) for t in missing)
+        cursor.execute(f"ALTER PUBLICATION {identifier(name)} ADD TABLE {added}")
 
 
-def _quoted(table: TableInfo) -> str:
-    schema = table.schema.replace('"', '""')
-    name = table.table.replace('"', '""')
-    return f'"{schema}"."{name}"'
+def quoted_name(table: TableInfo) -> str:
+    """``"schema"."table"``, quoted for SQL."""
+    return f"{identifier(table.schema)}.{identifier(table.table)}"
+
+
+def identifier(name: str) -> str:
+    """A SQL identifier, quoted."""
+    return '"' + name.replace('"', '""') + '"'

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from riverbed.cli import (
     broker_command,
+    cdc_command,
     consume_command,
     groups_command,
     produce_command,
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume_command.add_parser(commands)
     groups_command.add_parser(commands)
     transactions_command.add_parser(commands)
+    cdc_command.add_parser(commands)
     return parser
 
 

@@ -1,0 +1,372 @@
+"""Log-based capture: a logical replication slot (pgoutput) streamed into the CDC topics.
+
+The life of ``riverbed cdc run`` (:func:`run`):
+
+1. Pre-flight checks (:mod:`riverbed.cdc.catalog`), the publication created or completed,
+   the topics created (compacted), the broker's last positions read back.
+2. The slot. A new one is created with ``EXPORT_SNAPSHOT``: the snapshot it exports is the
+   database exactly at the slot's consistent point. With ``--snapshot initial`` (the
+   default) or ``when_needed``, every table is read in that snapshot (op ``r``), the rows
+   are acknowledged by the broker, and then the state topic records that the snapshot is
+   complete. A slot found without that record is the trace of an interrupted snapshot: it is
+   dropped and the snapshot starts over (as Debezium's does). A slot that has disappeared
+   after a complete snapshot is an error with ``initial`` (changes may be lost) and a new
+   snapshot with ``when_needed``; ``never`` streams from wherever the slot is.
+3. Streaming from the slot's confirmed position: each transaction's changes are produced in
+   commit order, and the slot is told a transaction's end LSN (``flush_lsn``) only after
+   the broker acknowledged every record of it and of the transactions before it. Killed
+   at any moment, the capture loses nothing: PostgreSQL replays from the confirmed
+   position, and the records a partition already has are skipped by their position header.
+4. Heartbeats: every ``heartbeat_ms`` the capture asks the server for a keepalive; when no
+   transaction is in flight it confirms the server's sent position, so the slot keeps up
+   with the WAL while the captured tables are idle (the WAL of other tables and other
+   databases is not held back).
+5. On stop (SIGTERM), everything produced is acknowledged and confirmed; with
+   ``drop_slot`` the slot and the snapshot record are removed.
+"""
+
+from __future__ import annotations
+
+import select
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg2
+import psycopg2.extensions
+import psycopg2.extras
+
+from riverbed.cdc.catalog import (
+    CaptureSetupError,
+    TableInfo,
+    ensure_publication,
+    identifier,
+    inspect_tables,
+)
+from riverbed.cdc.changes import (
+    ChangeTranslator,
+    TransactionEnd,
+    dumps,
+    snapshot_record,
+    topic_name,
+)
+from riverbed.cdc.pgoutput import PgOutputError, decode_message
+from riverbed.cdc.publisher import STATE_TOPIC, CaptureError, Publisher
+from riverbed.cdc.snapshot import copy_tables
+
+__all__ = ["CaptureConfig", "connect", "format_lsn", "parse_lsn", "run"]
+
+SNAPSHOT_MODES = ("initial", "never", "when_needed")
+FEEDBACK_EVERY_S = 0.05
+"""How often at most an advanced confirmed position is sent to the server."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaptureConfig:
+    dsn: str
+    bootstrap: str
+    prefix: str
+    tables: tuple[str, ...]
+    slot: str
+    publication: str
+    snapshot: str = "initial"
+    keys: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    heartbeat_ms: int = 10_000
+    drop_slot: bool = False
+    partitions: int = 1
+    connect_timeout_s: float = 10.0
+    progress_every_s: float = 10.0
+
+
+def format_lsn(lsn: int) -> str:
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+def parse_lsn(text: str) -> int:
+    high, _, low = text.partition("/")
+    return (int(high, 16) << 32) | int(low, 16)
+
+
+def connect(dsn: str, *, timeout_s: float, replication: bool = False) -> Any:
+    """A connection in UTC (times print as ``+00``), or a CaptureSetupError saying why not."""
+    factory = psycopg2.extras.LogicalReplicationConnection if replication else None
+    try:
+        connection = psycopg2.connect(
+            dsn,
+            connection_factory=factory,
+            connect_timeout=max(1, round(timeout_s)),
+            options="-c TimeZone=UTC -c DateStyle=ISO",
+            application_name="riverbed-cdc",
+        )
+    except psycopg2.OperationalError as e:
+        reason = " ".join(str(e).split())
+        raise CaptureSetupError(f"cannot connect to the database: {reason}") from None
+    except psycopg2.ProgrammingError as e:  # a malformed DSN
+        raise CaptureSetupError(f"invalid --dsn: {' '.join(str(e).split())}") from None
+    if not replication:
+        connection.autocommit = True
+    return connection
+
+
+@dataclass
+class _Run:
+    config: CaptureConfig
+    say: Callable[[str], None]
+    stopping: Callable[[], bool]
+    db: str = ""
+    tables: list[TableInfo] = field(default_factory=list)
+    changes: int = 0
+
+    @property
+    def state_key(self) -> bytes:
+        return dumps({"prefix": self.config.prefix, "slot": self.config.slot})
+
+
+def run(config: CaptureConfig, *, say: Callable[[str], None], stopping: Callable[[], bool]) -> None:
+    """Capture until ``stopping()`` is true (module docstring); errors as CaptureSetupError
+    (the database is not ready) or CaptureError (the capture cannot go on)."""
+    if config.snapshot not in SNAPSHOT_MODES:
+        raise CaptureSetupError(f"--snapshot must be one of {', '.join(SNAPSHOT_MODES)}")
+    state = _Run(config, say, stopping)
+    sql = connect(config.dsn, timeout_s=config.connect_timeout_s)
+    publisher = None
+    try:
+        cursor = sql.cursor()
+        cursor.execute("SELECT current_database()")
+        state.db = cursor.fetchone()[0]
+        state.tables = inspect_tables(cursor, config.tables, keys=config.keys)
+        ensure_publication(cursor, config.publication, state.tables)
+        publisher = Publisher(
+            config.bootstrap, client_id="riverbed-cdc", partitions=config.partitions
+        )
+        publisher.check_reachable(config.connect_timeout_s)
+        topics = [topic_name(config.prefix, t) for t in state.tables]
+        publisher.ensure_topics([*topics, STATE_TOPIC])
+        publisher.resume_positions(topics)
+        replication = connect(config.dsn, timeout_s=config.connect_timeout_s, replication=True)
+        try:
+            _prepare_slot(state, sql, replication, publisher)
+            if not stopping():
+                _stream(state, replication, publisher)
+        finally:
+            replication.close()
+        if config.drop_slot:
+            _drop_slot(sql, config.slot)
+            publisher.write_state(state.state_key, None)
+            say(f"dropped slot {config.slot}")
+    finally:
+        if publisher is not None:
+            publisher.close()
+        sql.close()
+
+
+def _slot_exists(sql: Any, state: _Run) -> bool:
+    cursor = sql.cursor()
+    cursor.execute(
+        "SELECT plugin, database FROM pg_replication_slots WHERE slot_name = %s",
+        (state.config.slot,),
+    )
+    row = cursor.fetchone()
+    if row is None:
+        return False
+    plugin, database = row
+    if plugin != "pgoutput" or database != state.db:
+        raise CaptureSetupError(
+            f"slot {state.config.slot} exists for {plugin!r} in database {database!r}; "
+            "choose another --slot"
+        )
+    return True
+
+
+def _prepare_slot(state: _Run, sql: Any, replication: Any, publisher: Publisher) -> None:
+    config = state.config
+    recorded = publisher.read_state(state.state_key)
+    exists = _slot_exists(sql, state)
+    if exists and (recorded is not None or config.snapshot == "never"):
+        state.say(f"resuming from slot {config.slot}")
+        return
+    if exists:
+        state.say(f"slot {config.slot} has no complete snapshot: starting it over")
+        _drop_slot(sql, config.slot)
+    elif recorded is not None and config.snapshot == "initial":
+        raise CaptureError(
+            f"slot {config.slot} is gone, but its snapshot was taken: changes made since may "
+            "be lost. Run with --snapshot when_needed to take a new snapshot, or --snapshot "
+            "never to stream from now on"
+        )
+    cursor = replication.cursor()
+    try:
+        cursor.execute(
+            f"CREATE_REPLICATION_SLOT {identifier(config.slot)} LOGICAL pgoutput EXPORT_SNAPSHOT"
+        )
+    except psycopg2.Error as e:
+        raise CaptureSetupError(
+            f"cannot create slot {config.slot}: {' '.join(str(e).split())}"
+        ) from None
+    _, consistent_point, snapshot_name, _ = cursor.fetchone()
+    lsn = parse_lsn(consistent_point)
+    state.say(f"created slot {config.slot} at {consistent_point}")
+    if config.snapshot == "never":
+        publisher.write_state(state.state_key, dumps({"snapshot": "skipped", "lsn": lsn}))
+    elif _snapshot(state, snapshot_name, lsn, publisher):
+        publisher.write_state(state.state_key, dumps({"snapshot": "complete", "lsn": lsn}))
+
+
+def _snapshot(state: _Run, snapshot_name: str, lsn: int, publisher: Publisher) -> bool:
+    """Read every table in the slot's exported snapshot and produce its rows as op ``r``;
+    False if stopped before the end (the next run starts it over)."""
+    config = state.config
+    reader = connect(config.dsn, timeout_s=config.connect_timeout_s)
+    try:
+        reader.autocommit = False
+        reader.set_session(isolation_level="REPEATABLE READ", readonly=True)
+        cursor = reader.cursor()
+        cursor.execute("SET TRANSACTION SNAPSHOT %s", (snapshot_name,))
+        cursor.execute("SELECT txid_current()")  # the snapshot transaction's id
+        tx_id = int(cursor.fetchone()[0])
+        started = time.monotonic()
+        # The latest row is held back, so that the very last one can be marked "last".
+        held: list[tuple[TableInfo, dict[str, Any]]] = []
+
+        def emit(last: bool) -> None:
+            table, row = held.pop()
+            record = snapshot_record(
+                prefix=config.prefix,
+                db=state.db,
+                table=table,
+                row=row,
+                lsn=lsn,
+                tx_id=tx_id,
+                snapshot="last" if last else "true",
+                now_ms=int(time.time() * 1000),
+            )
+            publisher.send(record)
+
+        def on_row(table: TableInfo, row: dict[str, Any]) -> None:
+            if held:
+                emit(last=False)
+            held.append((table, row))
+            publisher.poll(0)
+
+        total = copy_tables(cursor, state.tables, on_row, say=state.say, stopping=state.stopping)
+        if total is None:
+            return False
+        if held:
+            emit(last=True)
+        publisher.end_unit(lsn)
+        publisher.flush()
+        reader.rollback()
+        elapsed = time.monotonic() - started
+        state.say(
+            f"snapshot complete: {total} rows in {elapsed:.1f} s "
+            f"({total / elapsed if elapsed else 0:.0f} rows/s)"
+        )
+        return True
+    finally:
+        reader.close()
+
+
+def _stream(state: _Run, replication: Any, publisher: Publisher) -> None:
+    config = state.config
+    cursor = replication.cursor()
+    try:
+        cursor.start_replication(
+            slot_name=config.slot,
+            decode=False,
+            options={"proto_version": "1", "publication_names": config.publication},
+            status_interval=max(1, config.heartbeat_ms // 1000),
+        )
+    except psycopg2.Error as e:
+        reason = " ".join(str(e).split())
+        raise CaptureError(f"cannot stream from slot {config.slot}: {reason}") from None
+    translator = ChangeTranslator(
+        prefix=config.prefix,
+        db=state.db,
+        tables={(t.schema, t.table): t for t in state.tables},
+        clock_ms=lambda: int(time.time() * 1000),
+    )
+    in_transaction = False
+    confirmed = 0
+    last_feedback = last_heartbeat = last_progress = time.monotonic()
+    progress_changes = 0
+    state.say(f"streaming from slot {config.slot}")
+
+    def feedback(lsn: int, *, reply: bool = False) -> None:
+        nonlocal confirmed, last_feedback
+        confirmed = max(confirmed, lsn)
+        cursor.send_feedback(flush_lsn=confirmed, write_lsn=confirmed, reply=reply, force=True)
+        last_feedback = time.monotonic()
+
+    received = 0
+    while not state.stopping():
+        message = cursor.read_message()
+        if message is not None:
+            try:
+                decoded = decode_message(message.payload)
+                result = translator.feed(decoded, message.data_start)
+            except (PgOutputError, ValueError) as e:
+                where = format_lsn(message.data_start)
+                raise CaptureError(f"cannot decode the change at {where}: {e}") from None
+            if isinstance(result, TransactionEnd):
+                publisher.end_unit(result.end_lsn)
+                in_transaction = False
+            else:
+                in_transaction = True
+                for record in result:
+                    if publisher.send(record) and record.value is not None:
+                        state.changes += 1
+            received += 1
+            if received % 256:
+                continue  # a busy stream: look after the rest every 256 messages
+        publisher.poll(0)
+        now = time.monotonic()
+        ready = publisher.confirmable()
+        if ready is not None and ready > confirmed and now - last_feedback >= FEEDBACK_EVERY_S:
+            feedback(ready)
+        if message is None and not in_transaction and not publisher.pending():
+            # Everything received is acknowledged: the server's sent position is safe.
+            wal_end = cursor.wal_end
+            if wal_end > confirmed and now - last_feedback >= FEEDBACK_EVERY_S:
+                feedback(wal_end)
+        if now - last_heartbeat >= config.heartbeat_ms / 1000:
+            feedback(confirmed, reply=True)
+            last_heartbeat = now
+        if now - last_progress >= config.progress_every_s:
+            rate = (state.changes - progress_changes) / (now - last_progress)
+            state.say(f"{state.changes} changes ({rate:.0f}/s), confirmed {format_lsn(confirmed)}")
+            last_progress, progress_changes = now, state.changes
+        if message is None:
+            select.select([replication], [], [], 0.02 if publisher.pending() else 0.5)
+    publisher.flush()
+    ready = publisher.confirmable()
+    if ready is not None and not in_transaction:
+        feedback(max(ready, confirmed))
+    state.say(f"stopped: {state.changes} changes, confirmed {format_lsn(confirmed)}")
+
+
+def _drop_slot(sql: Any, slot: str) -> None:
+    cursor = sql.cursor()
+    for _ in range(50):  # the walsender of a just-closed connection may still hold it
+        try:
+            cursor.execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                "WHERE slot_name = %s",
+                (slot,),
+            )
+            return
+        except psycopg2.errors.ObjectInUse:
+            time.sleep(0.1)
+    raise CaptureError(f"slot {slot} is still in use: stop the other capture first")
+
+
+def parse_keys(specs: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """``["s.t=a,b"]`` → ``{"s.t": ("a", "b")}`` (the ``--key`` flags)."""
+    keys: dict[str, tuple[str, ...]] = {}
+    for spec in specs:
+        table, sep, columns = spec.partition("=")
+        names = tuple(c.strip() for c in columns.split(",") if c.strip())
+        if not sep or not table.strip() or not names:
+            raise CaptureSetupError(f"--key expects schema.table=col1,col2, got {spec!r}")
+        keys[table.strip() if "." in table else f"public.{table.strip()}"] = names
+    return keys

@@ -1,0 +1,399 @@
+"""Trigger-based capture (``--method trigger``): for databases where logical replication is
+not allowed (no ``wal_level=logical``, no REPLICATION privilege).
+
+Row triggers on each captured table write every change into an audit table,
+``riverbed_cdc.<name>``, in the writing transaction; the capture drains it into the same
+topics, in the same format, as the log-based capture, and deletes what the broker
+acknowledged.
+
+- **Values**: the trigger stores the row as its composite text, ``row(NEW.*)::text``, in a
+  function that runs with ``TimeZone=UTC`` and ``DateStyle=ISO``: each column in its output
+  function's form, exactly what pgoutput sends, so both methods give identical JSON.
+- **Order**: the audit id comes from a sequence at the time of the change. A transaction's
+  changes are produced together, transactions ordered by their *last* audit id: when a
+  transaction changes a row after another committed a change to it (row locks make it
+  wait), its last id is the larger one, so every row's changes come in commit order. Only
+  committed transactions are visible to the drain, and a transaction's rows become visible
+  at once.
+- **Times**: there is no commit time in a trigger; ``source.ts_ms`` is the time of the
+  transaction's last change (``clock_timestamp()``), ``source.lsn`` the change's audit id
+  (it grows per row, so consumers deduplicate as with the log-based capture) and
+  ``source.txId`` the transaction id.
+- **Snapshot**: the triggers are installed first; then the tables are read in one
+  ``REPEATABLE READ`` transaction, and the audit rows of the transactions that snapshot
+  already sees are deleted once the rows are acknowledged, so nothing is missed or doubled.
+  The state topic records that the snapshot is complete (a crash during it starts it over).
+- **Delivery**: audit rows are deleted only after their records were acknowledged; killed
+  in between, the capture produces them again (same ``source.lsn``).
+- **Schema changes**: ``ALTER TABLE ... ADD COLUMN`` appears in later changes. Dropping a
+  column while changes are still waiting in the audit table is not supported.
+
+The cost is paid by the writer: one extra INSERT per changed row, in its transaction (see
+BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg2
+
+from riverbed.cdc.capture import connect
+from riverbed.cdc.catalog import TableInfo, identifier, inspect_tables, quoted_name
+from riverbed.cdc.changes import Record, dumps, snapshot_record, topic_name
+from riverbed.cdc.envelope import Json, Source, change_event, key_of, row_of
+from riverbed.cdc.pgoutput import Column
+from riverbed.cdc.publisher import STATE_TOPIC, CaptureError, Publisher
+from riverbed.cdc.snapshot import copy_tables
+
+__all__ = ["TriggerConfig", "parse_record", "run_trigger_capture"]
+
+SCHEMA = "riverbed_cdc"
+BATCH = 20_000
+"""Audit rows read per poll (more when a transaction is larger)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TriggerConfig:
+    dsn: str
+    bootstrap: str
+    prefix: str
+    tables: tuple[str, ...]
+    name: str
+    """The audit table's name in schema riverbed_cdc (the CLI's --slot)."""
+    keys: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    snapshot: str = "initial"
+    poll_ms: int = 100
+    drop: bool = False
+    partitions: int = 1
+    connect_timeout_s: float = 10.0
+    progress_every_s: float = 10.0
+
+    @property
+    def audit(self) -> str:
+        return f"{identifier(SCHEMA)}.{identifier(self.name)}"
+
+
+def parse_record(text: str) -> list[str | None]:
+    """PostgreSQL's composite text ``(1,"a b",,"")`` as its fields (None for NULL)."""
+    if len(text) < 2 or text[0] != "(" or text[-1] != ")":
+        raise ValueError(f"not a record: {text[:40]!r}")
+    body, i, n = text[1:-1], 0, len(text) - 2
+    values: list[str | None] = []
+    while True:
+        if i < n and body[i] == '"':
+            i += 1
+            chunk: list[str] = []
+            while True:
+                c = body[i]
+                if c == '"':
+                    if i + 1 < n and body[i + 1] == '"':
+                        chunk.append('"')
+                        i += 2
+                        continue
+                    i += 1
+                    break
+                if c == "\\":
+                    chunk.append(body[i + 1])
+                    i += 2
+                    continue
+                chunk.append(c)
+                i += 1
+            values.append("".join(chunk))
+        else:
+            end = body.find(",", i)
+            end = n if end < 0 else end
+            values.append(body[i:end] or None)  # empty and unquoted: NULL
+            i = end
+        if i >= n:
+            return values
+        i += 1  # the comma
+
+
+def _install(cursor: Any, config: TriggerConfig, tables: list[TableInfo]) -> None:
+    function = f"{identifier(SCHEMA)}.{identifier('capture_' + config.name)}"
+    trigger = identifier(f"riverbed_cdc_{config.name}")
+    cursor.execute(f"CREATE SCHEMA IF NOT EXISTS {identifier(SCHEMA)}")
+    cursor.execute(
+        f"CREATE TABLE IF NOT EXISTS {config.audit} ("
+        "id bigserial PRIMARY KEY, txid xid8 NOT NULL DEFAULT pg_current_xact_id(), "
+        "schema_name text NOT NULL, table_name text NOT NULL, op char NOT NULL, "
+        "old_row text, new_row text, at timestamptz NOT NULL DEFAULT clock_timestamp())"
+    )
+    cursor.execute(
+        f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql "
+        "SET TimeZone = 'UTC' SET DateStyle = 'ISO' SET IntervalStyle = 'postgres' AS $$ "
+        "BEGIN "
+        "IF TG_LEVEL = 'STATEMENT' THEN "
+        f"  INSERT INTO {config.audit} (schema_name, table_name, op) "
+        "  VALUES (TG_TABLE_SCHEMA, TG_TABLE_NAME, 't'); "
+        "ELSIF TG_OP = 'INSERT' THEN "
+        f"  INSERT INTO {config.audit} (schema_name, table_name, op, new_row) "
+        "  VALUES (TG_TABLE_SCHEMA, TG_TABLE_NAME, 'c', row(NEW.*)::text); "
+        "ELSIF TG_OP = 'UPDATE' THEN "
+        f"  INSERT INTO {config.audit} (schema_name, table_name, op, old_row, new_row) "
+        "  VALUES (TG_TABLE_SCHEMA, TG_TABLE_NAME, 'u', row(OLD.*)::text, row(NEW.*)::text); "
+        "ELSE "
+        f"  INSERT INTO {config.audit} (schema_name, table_name, op, old_row) "
+        "  VALUES (TG_TABLE_SCHEMA, TG_TABLE_NAME, 'd', row(OLD.*)::text); "
+        "END IF; RETURN NULL; END $$"
+    )
+    for table in tables:
+        name = quoted_name(table)
+        cursor.execute(f"DROP TRIGGER IF EXISTS {trigger} ON {name}")
+        cursor.execute(
+            f"CREATE TRIGGER {trigger} AFTER INSERT OR UPDATE OR DELETE ON {name} "
+            f"FOR EACH ROW EXECUTE FUNCTION {function}()"
+        )
+        truncate = identifier(f"riverbed_cdc_{config.name}_truncate")
+        cursor.execute(f"DROP TRIGGER IF EXISTS {truncate} ON {name}")
+        cursor.execute(
+            f"CREATE TRIGGER {truncate} AFTER TRUNCATE ON {name} "
+            f"FOR EACH STATEMENT EXECUTE FUNCTION {function}()"
+        )
+
+
+def _uninstall(cursor: Any, config: TriggerConfig, tables: list[TableInfo]) -> None:
+    for table in tables:
+        for trigger in (f"riverbed_cdc_{config.name}", f"riverbed_cdc_{config.name}_truncate"):
+            cursor.execute(f"DROP TRIGGER IF EXISTS {identifier(trigger)} ON {quoted_name(table)}")
+    cursor.execute(f"DROP TABLE IF EXISTS {config.audit}")
+    function = f"{identifier(SCHEMA)}.{identifier('capture_' + config.name)}"
+    cursor.execute(f"DROP FUNCTION IF EXISTS {function}()")
+
+
+@dataclass
+class _Drain:
+    """The audit table's rows turned into records, a transaction at a time."""
+
+    config: TriggerConfig
+    db: str
+    tables: Mapping[tuple[str, str], TableInfo]
+    columns: dict[tuple[str, str], list[Column]] = field(default_factory=dict)
+
+    def table_columns(self, cursor: Any, table: TableInfo, fields: int) -> list[Column]:
+        """The columns of ``table`` (re-read when a row has more fields: ALTER TABLE)."""
+        key = (table.schema, table.table)
+        known = self.columns.get(key)
+        if known is None or len(known) < fields:
+            cursor.execute(
+                "SELECT a.attname, a.atttypid, a.atttypmod FROM pg_attribute a "
+                "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped "
+                "ORDER BY a.attnum",
+                (quoted_name(table),),
+            )
+            known = [
+                Column(name=n, type_oid=o, type_modifier=m, is_key=n in table.key_columns)
+                for n, o, m in cursor.fetchall()
+            ]
+            self.columns[key] = known
+        return known[:fields]
+
+    def records(self, cursor: Any, rows: list[tuple[Any, ...]]) -> list[Record]:
+        """One transaction's audit rows (by id) as records."""
+        records: list[Record] = []
+        last_at = max(row[7] for row in rows)
+        for audit_id, txid, schema, table_name, op, old_text, new_text, _ in rows:
+            table = self.tables.get((schema, table_name))
+            if table is None:
+                continue
+            source = Source(
+                name=self.config.prefix,
+                db=self.db,
+                schema=schema,
+                table=table_name,
+                tx_id=int(txid),
+                lsn=audit_id,
+                commit_ts_ms=int(last_at.timestamp() * 1000),
+            )
+            topic = topic_name(self.config.prefix, table)
+            if op == "t":
+                records.append(self._record(topic, {}, "t", None, None, source))
+                continue
+            old = None if old_text is None else self._row(cursor, table, old_text)
+            new = None if new_text is None else self._row(cursor, table, new_text)
+            if op == "c":
+                assert new is not None
+                records.append(
+                    self._record(topic, key_of(new, table.key_columns), op, None, new, source)
+                )
+            elif op == "d":
+                assert old is not None
+                key = key_of(old, table.key_columns)
+                records.append(self._record(topic, key, op, old, None, source))
+                records.append(Record(topic, dumps(key), None, None))
+            else:
+                assert old is not None and new is not None
+                key, old_key = key_of(new, table.key_columns), key_of(old, table.key_columns)
+                if key != old_key:
+                    records.append(self._record(topic, old_key, "d", old, None, source))
+                    records.append(Record(topic, dumps(old_key), None, None))
+                    records.append(self._record(topic, key, "c", None, new, source))
+                else:
+                    before = old if table.replica_identity == "f" else None
+                    records.append(self._record(topic, key, "u", before, new, source))
+        return records
+
+    def _row(self, cursor: Any, table: TableInfo, text: str) -> dict[str, Json]:
+        fields = parse_record(text)
+        columns = self.table_columns(cursor, table, len(fields))
+        return row_of(columns, [None if f is None else f.encode() for f in fields])
+
+    @staticmethod
+    def _record(
+        topic: str,
+        key: Mapping[str, Json],
+        op: str,
+        before: Mapping[str, Json] | None,
+        after: Mapping[str, Json] | None,
+        source: Source,
+    ) -> Record:
+        value = change_event(
+            op=op, before=before, after=after, source=source, ts_ms=int(time.time() * 1000)
+        )
+        return Record(topic, dumps(dict(key)), dumps(value), None)
+
+
+def run_trigger_capture(
+    config: TriggerConfig, *, say: Callable[[str], None], stopping: Callable[[], bool]
+) -> None:
+    """Install the triggers, snapshot if needed, then drain the audit table until stopped."""
+    sql = connect(config.dsn, timeout_s=config.connect_timeout_s)
+    publisher = None
+    try:
+        cursor = sql.cursor()
+        cursor.execute("SELECT current_database()")
+        db = cursor.fetchone()[0]
+        tables = inspect_tables(cursor, config.tables, keys=config.keys, logical=False)
+        publisher = Publisher(config.bootstrap, client_id="riverbed-cdc-trigger",
+                              partitions=config.partitions)  # fmt: skip
+        publisher.check_reachable(config.connect_timeout_s)
+        publisher.ensure_topics([*(topic_name(config.prefix, t) for t in tables), STATE_TOPIC])
+        state_key = dumps({"prefix": config.prefix, "trigger": config.name})
+        try:
+            _install(cursor, config, tables)
+        except psycopg2.Error as e:  # e.g. not the owner of a table
+            reason = " ".join(str(e).split())
+            raise CaptureError(f"cannot install the capture triggers: {reason}") from None
+        if publisher.read_state(state_key) is None:
+            if config.snapshot == "never":
+                cursor.execute(f"DELETE FROM {config.audit}")
+            elif not _snapshot(config, db, tables, publisher, say, stopping, cursor):
+                return
+            publisher.write_state(state_key, dumps({"snapshot": config.snapshot}))
+        drain = _Drain(config, db, {(t.schema, t.table): t for t in tables})
+        _drain_loop(config, drain, sql, publisher, say, stopping)
+        if config.drop:
+            _uninstall(cursor, config, tables)
+            publisher.write_state(state_key, None)
+            say(f"removed the triggers and {SCHEMA}.{config.name}")
+    finally:
+        if publisher is not None:
+            publisher.close()
+        sql.close()
+
+
+def _snapshot(
+    config: TriggerConfig,
+    db: str,
+    tables: list[TableInfo],
+    publisher: Publisher,
+    say: Callable[[str], None],
+    stopping: Callable[[], bool],
+    cursor: Any,
+) -> bool:
+    reader = connect(config.dsn, timeout_s=config.connect_timeout_s)
+    try:
+        reader.autocommit = False
+        reader.set_session(isolation_level="REPEATABLE READ", readonly=True)
+        read = reader.cursor()
+        read.execute("SELECT pg_current_snapshot()::text, txid_current()")
+        snapshot, tx_id = read.fetchone()
+        now_ms = int(time.time() * 1000)
+
+        def on_row(table: TableInfo, row: dict[str, Json]) -> None:
+            record = snapshot_record(
+                prefix=config.prefix,
+                db=db,
+                table=table,
+                row=row,
+                lsn=0,
+                tx_id=tx_id,
+                snapshot="true",
+                now_ms=now_ms,
+            )
+            publisher.send(record)
+
+        if copy_tables(read, tables, on_row, say=say, stopping=stopping) is None:
+            return False
+        reader.rollback()
+    finally:
+        reader.close()
+    publisher.flush()
+    # The changes the snapshot already saw must not be applied again.
+    cursor.execute(
+        f"DELETE FROM {config.audit} WHERE pg_visible_in_snapshot(txid, %s::pg_snapshot)",
+        (snapshot,),
+    )
+    return True
+
+
+def _drain_loop(
+    config: TriggerConfig,
+    drain: _Drain,
+    sql: Any,
+    publisher: Publisher,
+    say: Callable[[str], None],
+    stopping: Callable[[], bool],
+) -> None:
+    cursor = sql.cursor()
+    limit, changes = BATCH, 0
+    last_progress, progress_changes = time.monotonic(), 0
+    say(f"draining {SCHEMA}.{config.name}")
+    while not stopping():
+        cursor.execute(
+            f"SELECT id, txid::text, schema_name, table_name, op, old_row, new_row, at "
+            f"FROM {config.audit} ORDER BY id LIMIT %s",
+            (limit,),
+        )
+        rows = cursor.fetchall()
+        full = len(rows) == limit
+        by_transaction: dict[str, list[tuple[Any, ...]]] = {}
+        for row in rows:
+            by_transaction.setdefault(row[1], []).append(row)
+        if full:  # a transaction may go on past the last row read: complete them
+            cursor.execute(
+                f"SELECT id, txid::text, schema_name, table_name, op, old_row, new_row, at "
+                f"FROM {config.audit} WHERE id > %s AND txid::text = ANY(%s) ORDER BY id",
+                (rows[-1][0], list(by_transaction)),
+            )
+            for row in cursor.fetchall():
+                by_transaction[row[1]].append(row)
+        cut = rows[-1][0] if full else None
+        done = sorted(
+            (t for t in by_transaction.values() if cut is None or t[-1][0] <= cut),
+            key=lambda t: t[-1][0],
+        )
+        if full and not done:
+            limit *= 2
+            continue
+        for transaction in done:
+            for record in drain.records(cursor, transaction):
+                publisher.send(record)
+                changes += record.value is not None
+        if done:
+            publisher.flush()
+            ids = [row[0] for t in done for row in t]
+            cursor.execute(f"DELETE FROM {config.audit} WHERE id = ANY(%s)", (ids,))
+            limit = BATCH
+        now = time.monotonic()
+        if now - last_progress >= config.progress_every_s:
+            rate = (changes - progress_changes) / (now - last_progress)
+            say(f"{changes} changes ({rate:.0f}/s)")
+            last_progress, progress_changes = now, changes
+        if not full:
+            time.sleep(config.poll_ms / 1000)
+    say(f"stopped: {changes} changes")
