@@ -43,6 +43,7 @@ from riverbed.cdc.catalog import (
     ensure_publication,
     identifier,
     inspect_tables,
+    parse_table_name,
 )
 from riverbed.cdc.changes import (
     ChangeTranslator,
@@ -226,11 +227,8 @@ def _snapshot(state: _Run, snapshot_name: str, lsn: int, publisher: Publisher) -
         cursor.execute("SELECT txid_current()")  # the snapshot transaction's id
         tx_id = int(cursor.fetchone()[0])
         started = time.monotonic()
-        # The latest row is held back, so that the very last one can be marked "last".
-        held: list[tuple[TableInfo, dict[str, Any]]] = []
 
-        def emit(last: bool) -> None:
-            table, row = held.pop()
+        def on_row(table: TableInfo, row: dict[str, Any], last: bool) -> None:
             record = snapshot_record(
                 prefix=config.prefix,
                 db=state.db,
@@ -242,18 +240,11 @@ def _snapshot(state: _Run, snapshot_name: str, lsn: int, publisher: Publisher) -
                 now_ms=int(time.time() * 1000),
             )
             publisher.send(record)
-
-        def on_row(table: TableInfo, row: dict[str, Any]) -> None:
-            if held:
-                emit(last=False)
-            held.append((table, row))
             publisher.poll(0)
 
         total = copy_tables(cursor, state.tables, on_row, say=state.say, stopping=state.stopping)
         if total is None:
             return False
-        if held:
-            emit(last=True)
         publisher.end_unit(lsn)
         publisher.flush()
         reader.rollback()
@@ -368,5 +359,6 @@ def parse_keys(specs: Sequence[str]) -> dict[str, tuple[str, ...]]:
         names = tuple(c.strip() for c in columns.split(",") if c.strip())
         if not sep or not table.strip() or not names:
             raise CaptureSetupError(f"--key expects schema.table=col1,col2, got {spec!r}")
-        keys[table.strip() if "." in table else f"public.{table.strip()}"] = names
+        schema, name = parse_table_name(table)
+        keys[f"{schema}.{name}"] = names
     return keys

@@ -72,7 +72,7 @@ def inspect_tables(
     checked."""
     if logical:
         _check_logical(cursor)
-    return [_inspect_table(cursor, name, keys or {}) for name in tables]
+    return [_inspect_table(cursor, name, keys or {}, logical) for name in tables]
 
 
 def _check_logical(cursor: Any) -> None:
@@ -93,7 +93,9 @@ def _check_logical(cursor: Any) -> None:
         )
 
 
-def _inspect_table(cursor: Any, name: str, keys: Mapping[str, Sequence[str]]) -> TableInfo:
+def _inspect_table(
+    cursor: Any, name: str, keys: Mapping[str, Sequence[str]], logical: bool
+) -> TableInfo:
     schema, table = parse_table_name(name)
     cursor.execute(
         "SELECT c.oid, c.relreplident FROM pg_class c "
@@ -120,7 +122,15 @@ def _inspect_table(cursor: Any, name: str, keys: Mapping[str, Sequence[str]]) ->
     )
     key_columns = tuple(r[0] for r in cursor.fetchall())
     given = keys.get(f"{schema}.{table}")
-    if given:
+    if given and tuple(given) != key_columns:
+        if logical and identity != "f":
+            # Updates and deletes carry the old values of the replica identity only: other
+            # key columns would be unknown (and without any identity PostgreSQL refuses
+            # updates and deletes on a published table).
+            raise CaptureSetupError(
+                f"--key {schema}.{table}={','.join(given)} needs the whole old row: "
+                f"ALTER TABLE {schema}.{table} REPLICA IDENTITY FULL"
+            )
         key_columns = tuple(given)
     if not key_columns:
         raise CaptureSetupError(

@@ -76,21 +76,25 @@ class CopyRows:
 def copy_tables(
     cursor: Any,
     tables: Sequence[TableInfo],
-    on_row: Callable[[TableInfo, dict[str, Json]], None],
+    on_row: Callable[[TableInfo, dict[str, Json], bool], None],
     *,
     say: Callable[[str], None],
     stopping: Callable[[], bool],
 ) -> int | None:
-    """Read every table with COPY (in the cursor's transaction), calling ``on_row`` for each
-    row; the number of rows, or None when stopped before the end."""
+    """Read every table with COPY (in the cursor's transaction), calling ``on_row(table, row,
+    last)`` for each row, ``last`` true for the very last one (Debezium's ``snapshot:
+    "last"``); the number of rows, or None when stopped before the end."""
     total = 0
+    held: list[tuple[TableInfo, dict[str, Json]]] = []  # one row behind, to know the last
     for table in tables:
         columns = table_columns(cursor, table)
 
         def row(
             values: list[bytes | None], t: TableInfo = table, c: list[Column] = columns
         ) -> None:
-            on_row(t, row_of(c, values))
+            if held:
+                on_row(*held.pop(), False)
+            held.append((t, row_of(c, values)))
 
         sink = CopyRows(row)
         cursor.copy_expert(copy_query(table, columns), sink)
@@ -100,6 +104,8 @@ def copy_tables(
         if stopping():
             say("stopped during the snapshot: the next run starts it over")
             return None
+    if held:
+        on_row(*held.pop(), True)
     return total
 
 

@@ -6,7 +6,7 @@ Row triggers on each captured table write every change into an audit table,
 topics, in the same format, as the log-based capture, and deletes what the broker
 acknowledged.
 
-- **Values**: the trigger stores the row as its composite text, ``row(NEW.*)::text``, in a
+- **Values**: the trigger stores the row as its composite text, ``NEW::text``, in a
   function that runs with ``TimeZone=UTC`` and ``DateStyle=ISO``: each column in its output
   function's form, exactly what pgoutput sends, so both methods give identical JSON.
 - **Order**: the audit id comes from a sequence at the time of the change. A transaction's
@@ -85,23 +85,28 @@ def parse_record(text: str) -> list[str | None]:
     values: list[str | None] = []
     while True:
         if i < n and body[i] == '"':
-            i += 1
             chunk: list[str] = []
+            i += 1
             while True:
+                if i >= n:
+                    raise ValueError(f"a record ends inside quotes: {text[:40]!r}")
                 c = body[i]
-                if c == '"':
-                    if i + 1 < n and body[i + 1] == '"':
-                        chunk.append('"')
-                        i += 2
-                        continue
+                if c == '"' and i + 1 < n and body[i + 1] == '"':
+                    chunk.append('"')
+                    i += 2
+                elif c == '"':
                     i += 1
                     break
-                if c == "\\":
+                elif c == "\\":
+                    if i + 1 >= n:
+                        raise ValueError(f"a record ends inside an escape: {text[:40]!r}")
                     chunk.append(body[i + 1])
                     i += 2
-                    continue
-                chunk.append(c)
-                i += 1
+                else:
+                    chunk.append(c)
+                    i += 1
+            if i < n and body[i] != ",":
+                raise ValueError(f"text after a quoted field: {text[:40]!r}")
             values.append("".join(chunk))
         else:
             end = body.find(",", i)
@@ -132,13 +137,13 @@ def _install(cursor: Any, config: TriggerConfig, tables: list[TableInfo]) -> Non
         "  VALUES (TG_TABLE_SCHEMA, TG_TABLE_NAME, 't'); "
         "ELSIF TG_OP = 'INSERT' THEN "
         f"  INSERT INTO {config.audit} (schema_name, table_name, op, new_row) "
-        "  VALUES (TG_TABLE_SCHEMA, TG_TABLE_NAME, 'c', row(NEW.*)::text); "
+        "  VALUES (TG_TABLE_SCHEMA, TG_TABLE_NAME, 'c', NEW::text); "
         "ELSIF TG_OP = 'UPDATE' THEN "
         f"  INSERT INTO {config.audit} (schema_name, table_name, op, old_row, new_row) "
-        "  VALUES (TG_TABLE_SCHEMA, TG_TABLE_NAME, 'u', row(OLD.*)::text, row(NEW.*)::text); "
+        "  VALUES (TG_TABLE_SCHEMA, TG_TABLE_NAME, 'u', OLD::text, NEW::text); "
         "ELSE "
         f"  INSERT INTO {config.audit} (schema_name, table_name, op, old_row) "
-        "  VALUES (TG_TABLE_SCHEMA, TG_TABLE_NAME, 'd', row(OLD.*)::text); "
+        "  VALUES (TG_TABLE_SCHEMA, TG_TABLE_NAME, 'd', OLD::text); "
         "END IF; RETURN NULL; END $$"
     )
     for table in tables:
@@ -172,25 +177,31 @@ class _Drain:
     config: TriggerConfig
     db: str
     tables: Mapping[tuple[str, str], TableInfo]
-    columns: dict[tuple[str, str], list[Column]] = field(default_factory=dict)
+    columns: dict[tuple[str, str], tuple[list[Column], set[str]]] = field(default_factory=dict)
 
-    def table_columns(self, cursor: Any, table: TableInfo, fields: int) -> list[Column]:
-        """The columns of ``table`` (re-read when a row has more fields: ALTER TABLE)."""
+    def table_columns(
+        self, cursor: Any, table: TableInfo, fields: int
+    ) -> tuple[list[Column], set[str]]:
+        """The columns of ``table`` that ``row(t.*)`` has (re-read when a row has more:
+        ALTER TABLE), and the names of the generated ones (which pgoutput leaves out)."""
         key = (table.schema, table.table)
         known = self.columns.get(key)
-        if known is None or len(known) < fields:
+        if known is None or len(known[0]) < fields:
             cursor.execute(
-                "SELECT a.attname, a.atttypid, a.atttypmod FROM pg_attribute a "
+                "SELECT a.attname, a.atttypid, a.atttypmod, a.attgenerated <> '' "
+                "FROM pg_attribute a "
                 "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped "
                 "ORDER BY a.attnum",
                 (quoted_name(table),),
             )
-            known = [
+            rows = cursor.fetchall()
+            columns = [
                 Column(name=n, type_oid=o, type_modifier=m, is_key=n in table.key_columns)
-                for n, o, m in cursor.fetchall()
+                for n, o, m, _ in rows
             ]
+            known = (columns, {n for n, _, _, generated in rows if generated})
             self.columns[key] = known
-        return known[:fields]
+        return known[0][:fields], known[1]
 
     def records(self, cursor: Any, rows: list[tuple[Any, ...]]) -> list[Record]:
         """One transaction's audit rows (by id) as records."""
@@ -217,30 +228,37 @@ class _Drain:
             new = None if new_text is None else self._row(cursor, table, new_text)
             if op == "c":
                 assert new is not None
+                key = key_of(new, table.key_columns)
+                records.append(self._record(topic, key, "c", None, new, source))
+                continue
+            assert old is not None
+            old_key = key_of(old, table.key_columns)
+            # What pgoutput sends: the old row with REPLICA IDENTITY FULL, else the old key
+            # (for a delete or a key change) or nothing.
+            full = table.replica_identity == "f"
+            if op == "d" or (new is not None and key_of(new, table.key_columns) != old_key):
                 records.append(
-                    self._record(topic, key_of(new, table.key_columns), op, None, new, source)
+                    self._record(topic, old_key, "d", old if full else old_key, None, source)
                 )
-            elif op == "d":
-                assert old is not None
-                key = key_of(old, table.key_columns)
-                records.append(self._record(topic, key, op, old, None, source))
-                records.append(Record(topic, dumps(key), None, None))
+                records.append(Record(topic, dumps(old_key), None, None))
+                if op == "u":
+                    assert new is not None
+                    records.append(
+                        self._record(topic, key_of(new, table.key_columns), "c", None, new, source)
+                    )
             else:
-                assert old is not None and new is not None
-                key, old_key = key_of(new, table.key_columns), key_of(old, table.key_columns)
-                if key != old_key:
-                    records.append(self._record(topic, old_key, "d", old, None, source))
-                    records.append(Record(topic, dumps(old_key), None, None))
-                    records.append(self._record(topic, key, "c", None, new, source))
-                else:
-                    before = old if table.replica_identity == "f" else None
-                    records.append(self._record(topic, key, "u", before, new, source))
+                records.append(
+                    self._record(topic, old_key, "u", old if full else None, new, source)
+                )
         return records
 
     def _row(self, cursor: Any, table: TableInfo, text: str) -> dict[str, Json]:
         fields = parse_record(text)
-        columns = self.table_columns(cursor, table, len(fields))
-        return row_of(columns, [None if f is None else f.encode() for f in fields])
+        columns, generated = self.table_columns(cursor, table, len(fields))
+        row = row_of(columns, [None if f is None else f.encode() for f in fields])
+        for name in generated:
+            row.pop(name, None)
+        return row
 
     @staticmethod
     def _record(
@@ -273,11 +291,18 @@ def run_trigger_capture(
         publisher.check_reachable(config.connect_timeout_s)
         publisher.ensure_topics([*(topic_name(config.prefix, t) for t in tables), STATE_TOPIC])
         state_key = dumps({"prefix": config.prefix, "trigger": config.name})
+        # One transaction: a trigger replaced on a restart is never missing for a moment (a
+        # change made then would be lost), and nothing is left half installed.
+        sql.autocommit = False
         try:
             _install(cursor, config, tables)
+            sql.commit()
         except psycopg2.Error as e:  # e.g. not the owner of a table
+            sql.rollback()
             reason = " ".join(str(e).split())
             raise CaptureError(f"cannot install the capture triggers: {reason}") from None
+        finally:
+            sql.autocommit = True
         if publisher.read_state(state_key) is None:
             if config.snapshot == "never":
                 cursor.execute(f"DELETE FROM {config.audit}")
@@ -287,7 +312,9 @@ def run_trigger_capture(
         drain = _Drain(config, db, {(t.schema, t.table): t for t in tables})
         _drain_loop(config, drain, sql, publisher, say, stopping)
         if config.drop:
+            sql.autocommit = False
             _uninstall(cursor, config, tables)
+            sql.commit()
             publisher.write_state(state_key, None)
             say(f"removed the triggers and {SCHEMA}.{config.name}")
     finally:
@@ -314,7 +341,7 @@ def _snapshot(
         snapshot, tx_id = read.fetchone()
         now_ms = int(time.time() * 1000)
 
-        def on_row(table: TableInfo, row: dict[str, Json]) -> None:
+        def on_row(table: TableInfo, row: dict[str, Json], last: bool) -> None:
             record = snapshot_record(
                 prefix=config.prefix,
                 db=db,
@@ -322,7 +349,7 @@ def _snapshot(
                 row=row,
                 lsn=0,
                 tx_id=tx_id,
-                snapshot="true",
+                snapshot="last" if last else "true",
                 now_ms=now_ms,
             )
             publisher.send(record)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -198,3 +200,92 @@ def table_rows(dsn: str, query: str, key_columns: tuple[str, ...]) -> dict[str, 
     finally:
         connection.close()
     return {json.dumps({k: row[k] for k in key_columns}, sort_keys=True): row for row in rows}
+
+
+def create_counters(dsn: str, rows: int) -> None:
+    connection = sql(dsn)
+    connection.cursor().execute(
+        "CREATE TABLE counters (id int PRIMARY KEY, n bigint NOT NULL, note text); "
+        f"INSERT INTO counters SELECT g, 0, 'row ' || g FROM generate_series(1, {rows}) g"
+    )
+    connection.close()
+
+
+class Writer(threading.Thread):
+    """Transactions of 1-4 statements: +1 on random rows, some inserts and deletes."""
+
+    def __init__(self, dsn: str, rows: int, seed: int) -> None:
+        super().__init__(daemon=True)
+        self.dsn, self.rows, self.random = dsn, rows, random.Random(seed)
+        self.stop = threading.Event()
+        self.transactions = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            connection = sql(self.dsn)
+            connection.autocommit = False
+            cursor = connection.cursor()
+            next_id = self.rows + 1
+            while not self.stop.is_set():
+                for _ in range(self.random.randint(1, 4)):
+                    roll = self.random.random()
+                    if roll < 0.1:
+                        cursor.execute("INSERT INTO counters VALUES (%s, 0, 'new')", (next_id,))
+                        next_id += 1
+                    elif roll < 0.15:
+                        cursor.execute(
+                            "DELETE FROM counters WHERE id = %s",
+                            (self.random.randint(1, next_id),),
+                        )
+                    else:
+                        cursor.execute(
+                            "UPDATE counters SET n = n + 1 WHERE id = %s",
+                            (self.random.randint(1, next_id - 1),),
+                        )
+                connection.commit()
+                self.transactions += 1
+                time.sleep(0.001)
+            connection.close()
+        except BaseException as e:  # reported by finish()
+            self.error = e
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.join(30)
+        if self.error is not None:
+            raise self.error
+
+
+def check_counter_runs(changes: list[Change]) -> dict[str, int]:
+    """Every key's values run without a gap or a repeat; a tombstone right after each delete.
+    Returns how many events of each op there were."""
+    current: dict[str, int | None] = {}
+    ops: dict[str, int] = {}
+    for i, change in enumerate(changes):
+        key = json.dumps(change.key, sort_keys=True)
+        if change.value is None:
+            previous = changes[i - 1]
+            assert previous.op == "d" and previous.key == change.key, f"stray tombstone {i}"
+            continue
+        op = change.op
+        assert op is not None
+        ops[op] = ops.get(op, 0) + 1
+        n = None if change.value["after"] is None else change.value["after"]["n"]
+        was = current.get(key)
+        if op in ("r", "c"):
+            broken = was is not None
+        elif op == "u":
+            broken = was is None or n != was + 1
+        else:
+            followed = i + 1 < len(changes) and changes[i + 1].value is None
+            broken = was is None or op != "d" or not followed
+        if broken:
+            history = [
+                (j, c.op, c.value and c.value["source"]["lsn"], c.value and c.value["after"])
+                for j, c in enumerate(changes)
+                if c.key == change.key and c.value is not None
+            ]
+            raise AssertionError(f"key {key}: {op} at {i} after {was}; history {history}")
+        current[key] = n
+    return ops

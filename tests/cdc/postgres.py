@@ -63,7 +63,8 @@ class PostgresCluster:
         subprocess.run(command, check=True, capture_output=True, timeout=120)
 
     @classmethod
-    def start(cls) -> PostgresCluster:
+    def start(cls, **settings: str) -> PostgresCluster:
+        """A new cluster; ``settings`` override SERVER_SETTINGS (e.g. wal_level="replica")."""
         as_postgres = os.geteuid() == 0
         directory = Path(tempfile.mkdtemp(prefix="riverbed-pg-"))
         if as_postgres:
@@ -73,7 +74,7 @@ class PostgresCluster:
         data = directory / "data"
         cluster._run("initdb", "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
         with (data / "postgresql.conf").open("a") as conf:
-            for key, value in {**SERVER_SETTINGS, "port": str(cluster.port)}.items():
+            for key, value in {**SERVER_SETTINGS, **settings, "port": str(cluster.port)}.items():
                 conf.write(f"{key} = {value}\n")
             conf.write(f"unix_socket_directories = '{directory}'\n")
         cluster._run("pg_ctl", "-D", str(data), "-l", str(directory / "server.log"), "-w", "start")

@@ -8,14 +8,15 @@ produced twice, around the snapshot or across a kill -9, breaks the run.
 from __future__ import annotations
 
 import json
-import random
-import threading
 import time
 from pathlib import Path
 
 from tests.cdc.capture_support import (
     Capture,
     Change,
+    Writer,
+    check_counter_runs,
+    create_counters,
     database,
     fold,
     read_topic,
@@ -38,90 +39,6 @@ def _capture(tmp_path: Path, dsn: str, bootstrap: str, *extra: str) -> Capture:
     )  # fmt: skip
 
 
-def _create_counters(dsn: str, rows: int) -> None:
-    connection = sql(dsn)
-    connection.cursor().execute(
-        "CREATE TABLE counters (id int PRIMARY KEY, n bigint NOT NULL, note text); "
-        f"INSERT INTO counters SELECT g, 0, 'row ' || g FROM generate_series(1, {rows}) g"
-    )
-    connection.close()
-
-
-class Writer(threading.Thread):
-    """Transactions of 1-4 statements: +1 on random rows, some inserts and deletes."""
-
-    def __init__(self, dsn: str, rows: int, seed: int) -> None:
-        super().__init__(daemon=True)
-        self.dsn, self.rows, self.random = dsn, rows, random.Random(seed)
-        self.stop = threading.Event()
-        self.transactions = 0
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            connection = sql(self.dsn)
-            connection.autocommit = False
-            cursor = connection.cursor()
-            next_id = self.rows + 1
-            while not self.stop.is_set():
-                for _ in range(self.random.randint(1, 4)):
-                    roll = self.random.random()
-                    if roll < 0.1:
-                        cursor.execute("INSERT INTO counters VALUES (%s, 0, 'new')", (next_id,))
-                        next_id += 1
-                    elif roll < 0.15:
-                        cursor.execute(
-                            "DELETE FROM counters WHERE id = %s",
-                            (self.random.randint(1, next_id),),
-                        )
-                    else:
-                        cursor.execute(
-                            "UPDATE counters SET n = n + 1 WHERE id = %s",
-                            (self.random.randint(1, next_id - 1),),
-                        )
-                connection.commit()
-                self.transactions += 1
-                time.sleep(0.001)
-            connection.close()
-        except BaseException as e:  # reported by finish()
-            self.error = e
-
-    def finish(self) -> None:
-        self.stop.set()
-        self.join(30)
-        if self.error is not None:
-            raise self.error
-
-
-def check_counter_runs(changes: list[Change]) -> dict[str, int]:
-    """Every key's values run without a gap or a repeat; a tombstone right after each delete.
-    Returns how many events of each op there were."""
-    current: dict[str, int | None] = {}
-    ops: dict[str, int] = {}
-    for i, change in enumerate(changes):
-        key = json.dumps(change.key, sort_keys=True)
-        if change.value is None:
-            previous = changes[i - 1]
-            assert previous.op == "d" and previous.key == change.key, f"stray tombstone {i}"
-            continue
-        op = change.op
-        assert op is not None
-        ops[op] = ops.get(op, 0) + 1
-        n = None if change.value["after"] is None else change.value["after"]["n"]
-        if op in ("r", "c"):
-            assert current.get(key) is None, f"{op} for a live key {key} at {i}"
-            current[key] = n
-        elif op == "u":
-            assert current.get(key) is not None, f"update of an absent key {key} at {i}"
-            assert n == current[key] + 1, f"key {key}: {current[key]} then {n} at {i}"
-            current[key] = n
-        elif op == "d":
-            assert current.get(key) is not None, f"delete of an absent key {key} at {i}"
-            assert changes[i + 1].value is None if i + 1 < len(changes) else False
-            current[key] = None
-    return ops
-
-
 def _topic_equals_table(bootstrap: str, dsn: str) -> list[Change]:
     expected = table_rows(dsn, "SELECT id, n, note FROM counters", ("id",))
     return wait_for_changes(bootstrap, COUNTERS, lambda changes: fold(changes) == expected)
@@ -131,7 +48,7 @@ def test_snapshot_under_writes_then_streaming_misses_and_doubles_nothing(
     postgres: PostgresCluster, broker_process: BrokerProcess, tmp_path: Path
 ) -> None:
     with database(postgres) as dsn:
-        _create_counters(dsn, 20_000)
+        create_counters(dsn, 20_000)
         writer = Writer(dsn, 20_000, seed=1)
         writer.start()  # writes go on while the slot is created and the snapshot is read
         time.sleep(0.3)
@@ -149,7 +66,8 @@ def test_snapshot_under_writes_then_streaming_misses_and_doubles_nothing(
         assert ops["u"] > 100 and ops.get("c", 0) > 5 and ops.get("d", 0) > 5, ops
         snapshot = [c for c in changes if c.op == "r"]
         assert [c.value["source"]["snapshot"] for c in snapshot[-2:]] == ["true", "last"]
-        assert all(c.value["source"]["snapshot"] == "false" for c in changes if c.op in ("c", "u", "d"))
+        streamed = [c for c in changes if c.op in ("c", "u", "d")]
+        assert all(c.value["source"]["snapshot"] == "false" for c in streamed)
         # The snapshot rows come first, then the changes, ordered by commit.
         assert changes.index(snapshot[-1]) == len(snapshot) - 1
         commits = [
@@ -287,7 +205,7 @@ def test_kill_9_mid_stream_and_changes_while_down_lose_nothing(
     postgres: PostgresCluster, broker_process: BrokerProcess, tmp_path: Path
 ) -> None:
     with database(postgres) as dsn:
-        _create_counters(dsn, 2_000)
+        create_counters(dsn, 2_000)
         writer = Writer(dsn, 2_000, seed=2)
         writer.start()
         capture = _capture(tmp_path, dsn, broker_process.bootstrap)
@@ -313,7 +231,7 @@ def test_an_idle_slot_keeps_up_with_the_wal(
     postgres: PostgresCluster, broker_process: BrokerProcess, tmp_path: Path
 ) -> None:
     with database(postgres) as dsn:
-        _create_counters(dsn, 10)
+        create_counters(dsn, 10)
         connection = sql(dsn)
         cursor = connection.cursor()
         cursor.execute("CREATE TABLE other (id serial PRIMARY KEY, body text)")
@@ -358,7 +276,7 @@ def test_drop_slot_on_stop_and_a_new_snapshot_after(
     postgres: PostgresCluster, broker_process: BrokerProcess, tmp_path: Path
 ) -> None:
     with database(postgres) as dsn:
-        _create_counters(dsn, 100)
+        create_counters(dsn, 100)
         capture = _capture(tmp_path, dsn, broker_process.bootstrap, "--drop-slot")
         capture.wait_for("streaming from slot")
         assert capture.stop() == 0, capture.log()
@@ -380,7 +298,7 @@ def test_a_lost_slot_is_an_error_unless_a_new_snapshot_is_asked_for(
     postgres: PostgresCluster, broker_process: BrokerProcess, tmp_path: Path
 ) -> None:
     with database(postgres) as dsn:
-        _create_counters(dsn, 10)
+        create_counters(dsn, 10)
         capture = _capture(tmp_path, dsn, broker_process.bootstrap)
         capture.wait_for("streaming from slot")
         assert capture.stop() == 0
@@ -402,7 +320,7 @@ def test_an_interrupted_snapshot_starts_over(
     postgres: PostgresCluster, broker_process: BrokerProcess, tmp_path: Path
 ) -> None:
     with database(postgres) as dsn:
-        _create_counters(dsn, 200_000)
+        create_counters(dsn, 200_000)
         capture = _capture(tmp_path, dsn, broker_process.bootstrap)
         capture.wait_for("created slot")
         time.sleep(0.5)
@@ -423,7 +341,7 @@ def test_never_streams_changes_without_a_snapshot(
     postgres: PostgresCluster, broker_process: BrokerProcess, tmp_path: Path
 ) -> None:
     with database(postgres) as dsn:
-        _create_counters(dsn, 50)
+        create_counters(dsn, 50)
         capture = _capture(tmp_path, dsn, broker_process.bootstrap, "--snapshot", "never")
         try:
             capture.wait_for("streaming from slot")

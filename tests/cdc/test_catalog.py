@@ -50,8 +50,15 @@ def test_key_columns_in_key_order_and_the_replica_identity(cursor: Any) -> None:
 def test_a_table_without_primary_key_needs_a_given_key(cursor: Any) -> None:
     with pytest.raises(CaptureSetupError, match=r"audit has no primary key.*--key"):
         inspect_tables(cursor, ["public.audit"])
-    (audit,) = inspect_tables(cursor, ["public.audit"], keys={"public.audit": ["at", "what"]})
+    keys = {"public.audit": ["at", "what"]}
+    # Updates and deletes would carry no old values to key them by.
+    with pytest.raises(CaptureSetupError, match=r"audit REPLICA IDENTITY FULL"):
+        inspect_tables(cursor, ["public.audit"], keys=keys)
+    (audit,) = inspect_tables(cursor, ["public.audit"], keys=keys, logical=False)  # triggers
     assert audit.key_columns == ("at", "what")
+    cursor.execute("ALTER TABLE audit REPLICA IDENTITY FULL")
+    (audit,) = inspect_tables(cursor, ["public.audit"], keys=keys)
+    assert audit.key_columns == ("at", "what") and audit.replica_identity == "f"
 
 
 def test_unknown_table_and_bad_names(cursor: Any) -> None:
