@@ -49,12 +49,11 @@ from riverbed.cdc.changes import (
     ChangeTranslator,
     TransactionEnd,
     dumps,
-    snapshot_record,
     topic_name,
 )
 from riverbed.cdc.pgoutput import PgOutputError, decode_message
 from riverbed.cdc.publisher import STATE_TOPIC, CaptureError, Publisher
-from riverbed.cdc.snapshot import copy_tables
+from riverbed.cdc.snapshot import snapshot_tables
 
 __all__ = ["CaptureConfig", "connect", "format_lsn", "parse_lsn", "run"]
 
@@ -228,21 +227,17 @@ def _snapshot(state: _Run, snapshot_name: str, lsn: int, publisher: Publisher) -
         tx_id = int(cursor.fetchone()[0])
         started = time.monotonic()
 
-        def on_row(table: TableInfo, row: dict[str, Any], last: bool) -> None:
-            record = snapshot_record(
-                prefix=config.prefix,
-                db=state.db,
-                table=table,
-                row=row,
-                lsn=lsn,
-                tx_id=tx_id,
-                snapshot="last" if last else "true",
-                now_ms=int(time.time() * 1000),
-            )
-            publisher.send(record)
-            publisher.poll(0)
-
-        total = copy_tables(cursor, state.tables, on_row, say=state.say, stopping=state.stopping)
+        total = snapshot_tables(
+            cursor,
+            state.tables,
+            publisher,
+            prefix=config.prefix,
+            db=state.db,
+            lsn=lsn,
+            tx_id=tx_id,
+            say=state.say,
+            stopping=state.stopping,
+        )
         if total is None:
             return False
         publisher.end_unit(lsn)
@@ -330,8 +325,8 @@ def _stream(state: _Run, replication: Any, publisher: Publisher) -> None:
         if message is None:
             select.select([replication], [], [], 0.02 if publisher.pending() else 0.5)
     publisher.flush()
-    ready = publisher.confirmable()
-    if ready is not None and not in_transaction:
+    ready = publisher.confirmable()  # complete transactions only, even when stopped inside one
+    if ready is not None:
         feedback(max(ready, confirmed))
     state.say(f"stopped: {state.changes} changes, confirmed {format_lsn(confirmed)}")
 

@@ -16,14 +16,24 @@ newline, carriage return, backspace, form feed and vertical tab (PostgreSQL's
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from riverbed.cdc.catalog import TableInfo, identifier, quoted_name
-from riverbed.cdc.envelope import Json, row_of
+from riverbed.cdc.changes import SnapshotRecords
+from riverbed.cdc.envelope import Json, row_converter
 from riverbed.cdc.pgoutput import Column
+from riverbed.cdc.publisher import Publisher
 
-__all__ = ["CopyRows", "copy_query", "copy_tables", "parse_copy_line", "table_columns"]
+__all__ = [
+    "CopyRows",
+    "copy_query",
+    "copy_tables",
+    "parse_copy_line",
+    "snapshot_tables",
+    "table_columns",
+]
 
 _ESCAPE = re.compile(rb"\\(?:([0-7]{1,3})|x([0-9a-fA-F]{1,2})|(.))", re.DOTALL)
 _SIMPLE = {b"b": b"\b", b"f": b"\f", b"n": b"\n", b"r": b"\r", b"t": b"\t", b"v": b"\v"}
@@ -89,12 +99,16 @@ def copy_tables(
     for table in tables:
         columns = table_columns(cursor, table)
 
+        converter = row_converter(columns)
+
         def row(
-            values: list[bytes | None], t: TableInfo = table, c: list[Column] = columns
+            values: list[bytes | None],
+            t: TableInfo = table,
+            convert: Callable[[Sequence[bytes | None]], dict[str, Json]] = converter,
         ) -> None:
             if held:
                 on_row(*held.pop(), False)
-            held.append((t, row_of(c, values)))
+            held.append((t, convert(values)))
 
         sink = CopyRows(row)
         cursor.copy_expert(copy_query(table, columns), sink)
@@ -107,6 +121,36 @@ def copy_tables(
     if held:
         on_row(*held.pop(), True)
     return total
+
+
+def snapshot_tables(
+    cursor: Any,
+    tables: Sequence[TableInfo],
+    publisher: Publisher,
+    *,
+    prefix: str,
+    db: str,
+    lsn: int,
+    tx_id: int | None,
+    say: Callable[[str], None],
+    stopping: Callable[[], bool],
+) -> int | None:
+    """Produce every row of ``tables`` as an op ``r`` record (:func:`copy_tables`)."""
+    encoders: dict[str, SnapshotRecords] = {}
+    produced = 0
+
+    def on_row(table: TableInfo, row: dict[str, Json], last: bool) -> None:
+        nonlocal produced
+        encoder = encoders.get(table.qualified)
+        if encoder is None:
+            encoder = SnapshotRecords(prefix=prefix, db=db, table=table, lsn=lsn, tx_id=tx_id)
+            encoders[table.qualified] = encoder
+        publisher.send(encoder.record(row, last=last, now_ms=int(time.time() * 1000)))
+        produced += 1
+        if produced % 512 == 0:
+            publisher.poll(0)
+
+    return copy_tables(cursor, tables, on_row, say=say, stopping=stopping)
 
 
 def table_columns(cursor: Any, table: TableInfo) -> list[Column]:

@@ -34,6 +34,7 @@ BENCHMARKS.md).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -43,11 +44,11 @@ import psycopg2
 
 from riverbed.cdc.capture import connect
 from riverbed.cdc.catalog import TableInfo, identifier, inspect_tables, quoted_name
-from riverbed.cdc.changes import Record, dumps, snapshot_record, topic_name
+from riverbed.cdc.changes import Record, dumps, topic_name
 from riverbed.cdc.envelope import Json, Source, change_event, key_of, row_of
 from riverbed.cdc.pgoutput import Column
 from riverbed.cdc.publisher import STATE_TOPIC, CaptureError, Publisher
-from riverbed.cdc.snapshot import copy_tables
+from riverbed.cdc.snapshot import snapshot_tables
 
 __all__ = ["TriggerConfig", "parse_record", "run_trigger_capture"]
 
@@ -77,45 +78,35 @@ class TriggerConfig:
         return f"{identifier(SCHEMA)}.{identifier(self.name)}"
 
 
+_FIELD = re.compile(r'"((?:[^"\\]+|\\.|"")*)"(?=,|\Z)|([^,"]*)(?=,|\Z)', re.DOTALL)
+_ESCAPED = re.compile(r'\\(.)|""', re.DOTALL)
+
+
+def _unescape(match: re.Match[str]) -> str:
+    return match.group(1) if match.group(1) is not None else '"'
+
+
 def parse_record(text: str) -> list[str | None]:
     """PostgreSQL's composite text ``(1,"a b",,"")`` as its fields (None for NULL)."""
     if len(text) < 2 or text[0] != "(" or text[-1] != ")":
         raise ValueError(f"not a record: {text[:40]!r}")
-    body, i, n = text[1:-1], 0, len(text) - 2
+    body, position = text[1:-1], 0
     values: list[str | None] = []
     while True:
-        if i < n and body[i] == '"':
-            chunk: list[str] = []
-            i += 1
-            while True:
-                if i >= n:
-                    raise ValueError(f"a record ends inside quotes: {text[:40]!r}")
-                c = body[i]
-                if c == '"' and i + 1 < n and body[i + 1] == '"':
-                    chunk.append('"')
-                    i += 2
-                elif c == '"':
-                    i += 1
-                    break
-                elif c == "\\":
-                    if i + 1 >= n:
-                        raise ValueError(f"a record ends inside an escape: {text[:40]!r}")
-                    chunk.append(body[i + 1])
-                    i += 2
-                else:
-                    chunk.append(c)
-                    i += 1
-            if i < n and body[i] != ",":
-                raise ValueError(f"text after a quoted field: {text[:40]!r}")
-            values.append("".join(chunk))
+        match = _FIELD.match(body, position)
+        if match is None:
+            raise ValueError(f"not a record (at {position}): {text[:40]!r}")
+        quoted, plain = match.groups()
+        if quoted is None:
+            values.append(plain or None)  # empty and unquoted: NULL
+        elif "\\" in quoted or '""' in quoted:
+            values.append(_ESCAPED.sub(_unescape, quoted))
         else:
-            end = body.find(",", i)
-            end = n if end < 0 else end
-            values.append(body[i:end] or None)  # empty and unquoted: NULL
-            i = end
-        if i >= n:
+            values.append(quoted)
+        position = match.end()
+        if position == len(body):
             return values
-        i += 1  # the comma
+        position += 1  # the comma (the pattern's lookahead saw it)
 
 
 def _install(cursor: Any, config: TriggerConfig, tables: list[TableInfo]) -> None:
@@ -207,6 +198,7 @@ class _Drain:
         """One transaction's audit rows (by id) as records."""
         records: list[Record] = []
         last_at = max(row[7] for row in rows)
+        last_id = max(row[0] for row in rows)  # the transaction's place in the order
         for audit_id, txid, schema, table_name, op, old_text, new_text, _ in rows:
             table = self.tables.get((schema, table_name))
             if table is None:
@@ -218,6 +210,7 @@ class _Drain:
                 table=table_name,
                 tx_id=int(txid),
                 lsn=audit_id,
+                commit_lsn=last_id,
                 commit_ts_ms=int(last_at.timestamp() * 1000),
             )
             topic = topic_name(self.config.prefix, table)
@@ -339,22 +332,18 @@ def _snapshot(
         read = reader.cursor()
         read.execute("SELECT pg_current_snapshot()::text, txid_current()")
         snapshot, tx_id = read.fetchone()
-        now_ms = int(time.time() * 1000)
-
-        def on_row(table: TableInfo, row: dict[str, Json], last: bool) -> None:
-            record = snapshot_record(
-                prefix=config.prefix,
-                db=db,
-                table=table,
-                row=row,
-                lsn=0,
-                tx_id=tx_id,
-                snapshot="last" if last else "true",
-                now_ms=now_ms,
-            )
-            publisher.send(record)
-
-        if copy_tables(read, tables, on_row, say=say, stopping=stopping) is None:
+        total = snapshot_tables(
+            read,
+            tables,
+            publisher,
+            prefix=config.prefix,
+            db=db,
+            lsn=0,
+            tx_id=tx_id,
+            say=say,
+            stopping=stopping,
+        )
+        if total is None:
             return False
         reader.rollback()
     finally:

@@ -258,9 +258,11 @@ class Writer(threading.Thread):
 
 
 def check_counter_runs(changes: list[Change]) -> dict[str, int]:
-    """Every key's values run without a gap or a repeat; a tombstone right after each delete.
+    """Every key's values run without a gap or a repeat; a tombstone right after each delete;
+    each key's (commitLsn, lsn) grows (the README's deduplication rule relies on it).
     Returns how many events of each op there were."""
     current: dict[str, int | None] = {}
+    positions: dict[str, tuple[int, int]] = {}
     ops: dict[str, int] = {}
     for i, change in enumerate(changes):
         key = json.dumps(change.key, sort_keys=True)
@@ -273,6 +275,10 @@ def check_counter_runs(changes: list[Change]) -> dict[str, int]:
         ops[op] = ops.get(op, 0) + 1
         n = None if change.value["after"] is None else change.value["after"]["n"]
         was = current.get(key)
+        source = change.value["source"]
+        position = (source["commitLsn"], source["lsn"])
+        assert position > positions.get(key, (-1, -1)), f"key {key}: {position} at {i}"
+        positions[key] = position
         if op in ("r", "c"):
             broken = was is not None
         elif op == "u":

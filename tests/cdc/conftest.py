@@ -1,9 +1,11 @@
-"""Fixtures of the CDC tests: one private PostgreSQL cluster for the session."""
+"""Fixtures of the CDC tests: one private PostgreSQL cluster for the session, and a cursor."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
+import psycopg2
 import pytest
 
 from tests.cdc.postgres import PostgresCluster
@@ -16,3 +18,14 @@ def postgres() -> Iterator[PostgresCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def sql(postgres: PostgresCluster) -> Iterator[Any]:
+    """An autocommit cursor on the cluster's ``postgres`` database, one per test module."""
+    connection = psycopg2.connect(postgres.dsn)
+    connection.autocommit = True
+    try:
+        yield connection.cursor()
+    finally:
+        connection.close()

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import psycopg2
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from riverbed.cdc.capture import format_lsn, parse_keys, parse_lsn
 from riverbed.cdc.catalog import CaptureSetupError
-from tests.cdc.postgres import PostgresCluster
 
 LSNS = st.integers(0, (1 << 64) - 1)
 
@@ -46,16 +43,6 @@ def test_every_lsn_round_trips(lsn: int) -> None:
     high, low = text.split("/")
     assert high == high.upper() and low == low.upper()
     assert (high == "0" or not high.startswith("0")) and (low == "0" or not low.startswith("0"))
-
-
-@pytest.fixture(scope="module")
-def sql(postgres: PostgresCluster) -> Iterator[Any]:
-    connection = psycopg2.connect(postgres.dsn)
-    connection.autocommit = True
-    try:
-        yield connection.cursor()
-    finally:
-        connection.close()
 
 
 @settings(max_examples=50, deadline=None)

@@ -17,10 +17,11 @@ from riverbed.cdc.changes import (
     ChangeTranslator,
     Position,
     Record,
+    SnapshotRecords,
     TransactionEnd,
-    snapshot_record,
+    dumps,
 )
-from riverbed.cdc.envelope import INT4, UNAVAILABLE_VALUE
+from riverbed.cdc.envelope import INT4, UNAVAILABLE_VALUE, Source, change_event
 from riverbed.cdc.pgoutput import (
     Begin,
     Column,
@@ -152,6 +153,7 @@ def test_an_insert_is_a_create_with_debezium_s_envelope_and_source() -> None:
             "table": "users",
             "txId": XID,
             "lsn": 4242,  # the lsn the message was fed with, not the commit's
+            "commitLsn": FINAL_LSN,  # the commit's: Begin.final_lsn
             "ts_ms": COMMIT_TIME_MS,
             "snapshot": "false",
         },
@@ -464,32 +466,24 @@ def test_a_change_outside_a_transaction_is_an_error() -> None:
 
 
 def test_a_snapshot_row_is_op_r_without_a_position() -> None:
-    record = snapshot_record(
-        prefix="shop",
-        db="inventory",
-        table=table_info(),
-        row={"id": 3, "name": "n", "bio": None},
-        lsn=FINAL_LSN,
-        tx_id=12,
-        snapshot="last",
-        now_ms=CLOCK_MS,
+    encoder = SnapshotRecords(
+        prefix="shop", db="inventory", table=table_info(), lsn=FINAL_LSN, tx_id=12
     )
-    assert (record.topic, record.key, record.position) == (TOPIC, b'{"id":3}', None)
-    v = value(record)
-    assert (v["op"], v["before"], v["after"], v["ts_ms"]) == (
-        "r",
-        None,
-        {"id": 3, "name": "n", "bio": None},
-        CLOCK_MS,
-    )
-    assert {k: v["source"][k] for k in ("snapshot", "lsn", "txId", "ts_ms", "name", "db")} == {
-        "snapshot": "last",
-        "lsn": FINAL_LSN,
-        "txId": 12,
-        "ts_ms": CLOCK_MS,
-        "name": "shop",
-        "db": "inventory",
-    }
+    row = {"id": 3, "name": "Zoë", "bio": None}
+    for last in (False, True, True, False):  # the cached parts follow the flag and the clock
+        record = encoder.record(row, last=last, now_ms=CLOCK_MS)
+        assert (record.topic, record.key, record.position) == (TOPIC, b'{"id":3}', None)
+        source = Source(
+            name="shop", db="inventory", schema="public", table="users", tx_id=12,
+            lsn=FINAL_LSN, commit_lsn=FINAL_LSN, commit_ts_ms=CLOCK_MS,
+            snapshot="last" if last else "true",
+        )  # fmt: skip
+        # Byte for byte what change_event gives.
+        expected = change_event(op="r", before=None, after=row, source=source, ts_ms=CLOCK_MS)
+        assert record.value == dumps(expected)
+    later = value(encoder.record(row, last=False, now_ms=CLOCK_MS + 5))
+    assert later["ts_ms"] == later["source"]["ts_ms"] == CLOCK_MS + 5
+    assert later["source"]["snapshot"] == "true"
 
 
 # -- the topic converges to the table ---------------------------------------------------------

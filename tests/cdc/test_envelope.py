@@ -93,6 +93,7 @@ def test_the_envelope_has_debezium_s_fields() -> None:
         table="users",
         tx_id=750,
         lsn=24023128,
+        commit_lsn=24023300,
         commit_ts_ms=1_767_225_600_123,
     )
     after = row_of(COLUMNS, (b"7", None, b"x"))
@@ -111,6 +112,7 @@ def test_the_envelope_has_debezium_s_fields() -> None:
             "table": "users",
             "txId": 750,
             "lsn": 24023128,
+            "commitLsn": 24023300,
         },
         "op": "c",
         "ts_ms": 1_767_225_600_200,

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import io
 import itertools
-from collections.abc import Iterator
 from typing import Any
 
-import psycopg2
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,7 +14,6 @@ from hypothesis import strategies as st
 from riverbed.cdc.catalog import TableInfo
 from riverbed.cdc.envelope import Json
 from riverbed.cdc.snapshot import CopyRows, copy_tables, parse_copy_line
-from tests.cdc.postgres import PostgresCluster
 
 Row = list[bytes | None]
 
@@ -69,16 +66,6 @@ def output_text(expression: str) -> str:
 
 def encoded(values: list[str | None]) -> Row:
     return [None if v is None else v.encode() for v in values]
-
-
-@pytest.fixture(scope="module")
-def sql(postgres: PostgresCluster) -> Iterator[Any]:
-    connection = psycopg2.connect(postgres.dsn)
-    connection.autocommit = True
-    try:
-        yield connection.cursor()
-    finally:
-        connection.close()
 
 
 def copy_rows(cursor: Any, query: str) -> tuple[list[Row], CopyRows]:

@@ -1,7 +1,7 @@
 """``riverbed cdc run --method trigger`` against a real PostgreSQL and a real broker: the
 same topics and format as the log-based capture, changes in commit order per row, nothing
-lost across a kill -9 (duplicates, if any, carry the same ``source.lsn`` and are dropped
-the way the README tells consumers to)."""
+lost across a kill -9 (duplicates, if any, carry the same position and are dropped the way
+the README tells consumers to)."""
 
 from __future__ import annotations
 
@@ -38,9 +38,10 @@ def _capture(
 
 
 def deduplicated(changes: list[Change]) -> list[Change]:
-    """The consumer's rule from the README: per key, skip an event whose source.lsn is not
-    above the last one applied (a tombstone goes with its delete)."""
-    last: dict[str, int] = {}
+    """The consumer's rule from the README: per key, skip an event whose (source.commitLsn,
+    source.lsn) is not above the last one applied; snapshot rows always apply, and a
+    tombstone goes with its delete."""
+    last: dict[str, tuple[int, int]] = {}
     kept: list[Change] = []
     skipping = False
     for change in changes:
@@ -49,10 +50,11 @@ def deduplicated(changes: list[Change]) -> list[Change]:
             if not skipping:
                 kept.append(change)
             continue
-        lsn = change.value["source"]["lsn"]
-        skipping = key in last and lsn <= last[key] and change.op != "r"
+        source = change.value["source"]
+        position = (source["commitLsn"], source["lsn"])
+        skipping = key in last and position <= last[key] and change.op != "r"
         if not skipping:
-            last[key] = lsn
+            last[key] = position
             kept.append(change)
     return kept
 
