@@ -11,6 +11,8 @@ import json
 import time
 from pathlib import Path
 
+from confluent_kafka.admin import AdminClient, ConfigResource
+
 from tests.cdc.capture_support import (
     Capture,
     Change,
@@ -112,6 +114,9 @@ def test_operations_multi_statement_transactions_and_the_envelope(
         finally:
             assert capture.stop() == 0, capture.log()
         assert [c.op for c in changes] == ["r", "c", "u", "c", "d", None, "d", None, "c"]
+        assert _config(broker_process.bootstrap, "shop.public.orders")["cleanup.policy"] == (
+            "compact"
+        )
         snapshot, created, updated, created3, deleted, tombstone = changes[:6]
         assert snapshot.key == {"order_id": "o1"}
         assert snapshot.value["after"] == {
@@ -148,6 +153,13 @@ def test_operations_multi_statement_transactions_and_the_envelope(
                 ({"order_id": "o9"}, {**created3.value["after"], "order_id": "o9"}),
             )
         }
+
+
+def _config(bootstrap: str, topic: str) -> dict[str, str]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    entries = admin.describe_configs([resource])[resource].result(timeout=30)
+    return {name: entry.value for name, entry in entries.items()}
 
 
 def test_schema_change_full_identity_toast_and_truncate(
