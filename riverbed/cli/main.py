@@ -15,6 +15,7 @@ from riverbed.cli import (
     cdc_command,
     consume_command,
     groups_command,
+    pipeline_command,
     produce_command,
     topics_command,
     transactions_command,
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     groups_command.add_parser(commands)
     transactions_command.add_parser(commands)
     cdc_command.add_parser(commands)
+    pipeline_command.add_parser(commands)
     return parser
 
 

@@ -1,0 +1,111 @@
+"""``riverbed pipeline run|list``: the Spark pipelines (riverbed.pipelines).
+
+``run NAME`` runs one pipeline until SIGTERM or Ctrl-C (a clean stop: the micro-batch in
+flight finishes or is rolled back, and the next run continues from the checkpoint). Its
+progress lines (rows/s, watermark, input lag) go to stderr. ``list`` describes every
+pipeline: its inputs, its outputs and what it computes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from riverbed.cli.client import DEFAULT_BOOTSTRAP, DEFAULT_CONNECT_TIMEOUT_MS, positive_int
+from riverbed.cli.errors import CliError
+
+__all__ = ["add_parser"]
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "pipeline",
+        help="run the Spark pipelines (windows, sessions, late data)",
+        description="Run and describe riverbed's Spark Structured Streaming pipelines.",
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    run = actions.add_parser(
+        "run",
+        help="run one pipeline until stopped (SIGTERM or Ctrl-C)",
+        description="Run one pipeline until SIGTERM or Ctrl-C. The first run starts from the "
+        "earliest offsets; a run with the same checkpoint continues where the last stopped.",
+    )
+    run.add_argument("name", metavar="NAME", help="the pipeline (see `riverbed pipeline list`)")
+    run.add_argument(
+        "--bootstrap",
+        "--bootstrap-server",
+        dest="bootstrap",
+        default=DEFAULT_BOOTSTRAP,
+        metavar="HOST:PORT",
+        help=f"broker(s) to read from and write to (default {DEFAULT_BOOTSTRAP})",
+    )
+    run.add_argument(
+        "--checkpoint",
+        type=Path,
+        metavar="DIR",
+        help="Spark's checkpoint directory (default data/checkpoints/NAME)",
+    )
+    run.add_argument(
+        "--trigger-ms",
+        type=positive_int,
+        default=1000,
+        metavar="N",
+        help="start a micro-batch every N ms (default 1000)",
+    )
+    run.add_argument("--master", help="Spark master (default local[N], N = the machine's cores)")
+    run.add_argument(
+        "--connect-timeout-ms",
+        type=positive_int,
+        default=DEFAULT_CONNECT_TIMEOUT_MS,
+        metavar="MS",
+        help="give up when no broker answers within this time "
+        f"(default {DEFAULT_CONNECT_TIMEOUT_MS})",
+    )
+    run.set_defaults(run=_run)
+    listing = actions.add_parser("list", help="describe every pipeline")
+    listing.set_defaults(run=_list)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from riverbed.pipelines.runner import PipelineError, RunConfig, run
+
+    stop = {"requested": False}
+
+    def request_stop(signum: int, frame: object) -> None:
+        stop["requested"] = True
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, request_stop)
+    config = RunConfig(
+        name=args.name,
+        bootstrap=args.bootstrap,
+        checkpoint=args.checkpoint or Path("data") / "checkpoints" / args.name,
+        trigger_ms=args.trigger_ms,
+        master=args.master,
+        connect_timeout_s=args.connect_timeout_ms / 1000,
+    )
+    try:
+        run(
+            config,
+            say=lambda line: print(f"riverbed pipeline: {line}", file=sys.stderr, flush=True),
+            stopping=lambda: stop["requested"],
+        )
+    except PipelineError as e:
+        raise CliError(str(e)) from None
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from riverbed.pipelines.catalog import PIPELINES
+
+    for pipeline in PIPELINES.values():
+        print(pipeline.name)
+        print(f"  reads:  {', '.join(pipeline.inputs)}")
+        print(f"  writes: {', '.join(pipeline.outputs)}")
+        for line in textwrap.wrap(pipeline.description, 76):
+            print(f"  {line}")
+    return 0

@@ -1,0 +1,125 @@
+"""The pipelines ``riverbed pipeline run NAME`` runs, by name (contracts in DESIGN.md).
+
+A :class:`Pipeline` names its input topics, the topics it writes, and how to turn the
+source DataFrame (Spark's Kafka schema, from the riverbed data source) into rows for the
+riverbed sink (``topic``, ``key``, ``value``). Every time is event time (``ts``, epoch ms),
+with a watermark 2 minutes behind the latest event time seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from riverbed.pipelines.operators import (
+    SessionWindows,
+    WindowedCounts,
+    sessions,
+    windowed_counts,
+    with_event_time,
+)
+
+__all__ = ["PIPELINES", "WATERMARK_DELAY", "Pipeline", "page_views"]
+
+WATERMARK_DELAY = "2 minutes"
+MINUTE_MS = 60_000
+
+PAGE_VIEW = StructType(
+    [
+        StructField("event_id", StringType()),
+        StructField("user_id", StringType()),
+        StructField("page", StringType()),
+        StructField("ts", LongType()),
+    ]
+)
+PAGE_VIEW_FIELDS = [field.name for field in PAGE_VIEW.fields]
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    name: str
+    description: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    build: Callable[[DataFrame], DataFrame]
+
+
+def page_views(source: DataFrame) -> DataFrame:
+    """The ``page_views`` events of the source, parsed; records that are not page views
+    (no ``ts``, ``page`` or ``event_id``) are left out."""
+    parsed = source.select(F.from_json(F.col("value").cast("string"), PAGE_VIEW).alias("e"))
+    return parsed.select("e.*").where(
+        F.col("ts").isNotNull() & F.col("page").isNotNull() & F.col("event_id").isNotNull()
+    )
+
+
+def _page_views_per_minute(source: DataFrame) -> DataFrame:
+    counts = WindowedCounts(
+        key_fields=["page"],
+        size_ms=MINUTE_MS,
+        slide_ms=MINUTE_MS,
+        topic="page_views_per_minute",
+        count_field="views",
+        late_topic="late_events",
+        late_key_field="event_id",
+        event_fields=PAGE_VIEW_FIELDS,
+    )
+    return windowed_counts(with_event_time(page_views(source), WATERMARK_DELAY), counts)
+
+
+def _page_views_sliding(source: DataFrame) -> DataFrame:
+    counts = WindowedCounts(
+        key_fields=["page"],
+        size_ms=5 * MINUTE_MS,
+        slide_ms=MINUTE_MS,
+        topic="page_views_sliding",
+        count_field="views",
+        late_topic="page_views_sliding_late",
+        late_key_field="event_id",
+        event_fields=PAGE_VIEW_FIELDS,
+    )
+    return windowed_counts(with_event_time(page_views(source), WATERMARK_DELAY), counts)
+
+
+def _user_sessions(source: DataFrame) -> DataFrame:
+    windows = SessionWindows(
+        user_field="user_id", gap_ms=30 * MINUTE_MS, topic="user_sessions", count_field="page_views"
+    )
+    events = page_views(source).where(F.col("user_id").isNotNull()).select("user_id", "ts")
+    return sessions(with_event_time(events, WATERMARK_DELAY), windows)
+
+
+PIPELINES: dict[str, Pipeline] = {
+    p.name: p
+    for p in (
+        Pipeline(
+            "page_views_per_minute",
+            "page views per page in tumbling 1-minute event-time windows (watermark 2 "
+            "minutes), each window written once complete; every page view too late for its "
+            "window goes to late_events with the reason",
+            ("page_views",),
+            ("page_views_per_minute", "late_events"),
+            _page_views_per_minute,
+        ),
+        Pipeline(
+            "user_sessions",
+            "sessions per user: a new session starts after 30 minutes or more without a page "
+            "view; each session written once the watermark passes its end plus 30 minutes",
+            ("page_views",),
+            ("user_sessions",),
+            _user_sessions,
+        ),
+        Pipeline(
+            "page_views_sliding",
+            "page views per page in hopping 5-minute windows every minute (an example of the "
+            "hopping-window operator); late page views go to page_views_sliding_late",
+            ("page_views",),
+            ("page_views_sliding", "page_views_sliding_late"),
+            _page_views_sliding,
+        ),
+    )
+}

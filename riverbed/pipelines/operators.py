@@ -1,0 +1,237 @@
+"""Reusable windowed operators on Spark's stateful streaming (``transformWithStateInPandas``).
+
+Each operator takes a DataFrame of events (JSON already parsed, an integer ``ts`` column in
+epoch ms) and returns rows ready for the riverbed sink: ``topic``, ``key`` and ``value``
+(JSON strings), so that a pipeline's results and its side outputs are written together,
+in the same transactions, exactly once.
+
+**Watermarks, and why the event-time column is dropped.** :func:`with_event_time` declares
+the watermark on a timestamp column and then drops that column again. Spark still computes
+the watermark (the maximum event time seen in earlier micro-batches minus the delay) and
+hands it to the operator, but with the watermarked column in its input a stateful operator
+silently discards the rows older than the watermark before user code sees them. Without it
+the operator sees every row and decides itself (:mod:`riverbed.pipelines.windows`): rows for
+windows still open are counted, late rows go to a side output with the reason.
+
+The operators keep their state in Spark's state store (RocksDB, checkpointed), one state per
+grouping key, and emit a window or a session once, when the watermark completes it (timers
+at the window's end or the session's end plus the gap).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
+from pyspark.sql.types import StringType, StructField, StructType
+
+from riverbed.pipelines.windows import (
+    Session,
+    closed_sessions,
+    counts_by_window,
+    late_reason,
+    merge_sessions,
+)
+
+__all__ = [
+    "OUTPUT_SCHEMA",
+    "SessionWindows",
+    "WindowedCounts",
+    "sessions",
+    "windowed_counts",
+    "with_event_time",
+]
+
+OUTPUT_SCHEMA = StructType(
+    [
+        StructField("topic", StringType(), False),
+        StructField("key", StringType(), False),
+        StructField("value", StringType(), True),
+    ]
+)
+_EMPTY = pd.DataFrame(
+    {"topic": pd.Series(dtype=str), "key": pd.Series(dtype=str), "value": pd.Series(dtype=str)}
+)
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def with_event_time(events: DataFrame, delay: str, ts_column: str = "ts") -> DataFrame:
+    """Declare the watermark (``delay`` behind the latest event time) on ``ts_column`` (epoch
+    ms), keeping the column a plain integer (module docstring)."""
+    return (
+        events.withColumn("_event_time", F.timestamp_millis(F.col(ts_column)))
+        .withWatermark("_event_time", delay)
+        .drop("_event_time")
+    )
+
+
+def _rows(rows: list[tuple[str, str, str | None]]) -> pd.DataFrame:
+    if not rows:
+        return _EMPTY
+    return pd.DataFrame(rows, columns=["topic", "key", "value"])
+
+
+class WindowedCounts(StatefulProcessor):
+    """Counts per grouping key and event-time window (tumbling or hopping), emitted once per
+    window when the watermark reaches its end; late events go to ``late_topic``."""
+
+    def __init__(
+        self,
+        *,
+        key_fields: Sequence[str],
+        size_ms: int,
+        slide_ms: int,
+        topic: str,
+        count_field: str,
+        late_topic: str | None,
+        late_key_field: str,
+        event_fields: Sequence[str],
+    ) -> None:
+        self.key_fields = list(key_fields)
+        self.size_ms, self.slide_ms = size_ms, slide_ms
+        self.topic, self.count_field = topic, count_field
+        self.late_topic, self.late_key_field = late_topic, late_key_field
+        self.event_fields = list(event_fields)
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.counts = handle.getMapState("counts", "window_start LONG", "count LONG")
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
+        batch = pd.concat(list(rows), ignore_index=True)
+        watermark = timerValues.getCurrentWatermarkInMs()
+        ts = batch["ts"].to_numpy(dtype=np.int64)
+        counts, late_rows, late_starts = counts_by_window(
+            ts, self.size_ms, self.slide_ms, watermark
+        )
+        for start, added in counts.items():
+            stored = self.counts.getValue((start,)) if self.counts.containsKey((start,)) else None
+            if stored is None:
+                self.handle.registerTimer(start + self.size_ms)
+            before = 0 if stored is None else int(stored[0])
+            self.counts.updateValue((start,), (before + added,))
+        out: list[tuple[str, str, str | None]] = []
+        if self.late_topic is not None:
+            for row, start in zip(late_rows.tolist(), late_starts.tolist(), strict=True):
+                event = {field: _plain(batch.at[row, field]) for field in self.event_fields}
+                event["reason"] = late_reason(start, start + self.size_ms, watermark)
+                out.append(
+                    (
+                        self.late_topic,
+                        dumps({self.late_key_field: event[self.late_key_field]}),
+                        dumps(event),
+                    )
+                )
+        yield _rows(out)
+
+    def handleExpiredTimer(
+        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
+    ) -> Iterator[pd.DataFrame]:
+        end = expiredTimerInfo.getExpiryTimeInMs()
+        start = end - self.size_ms
+        stored = self.counts.getValue((start,)) if self.counts.containsKey((start,)) else None
+        if stored is None:
+            yield _EMPTY
+            return
+        count = int(stored[0])
+        self.counts.removeKey((start,))
+        group = dict(zip(self.key_fields, (_plain(k) for k in key), strict=True))
+        result_key = {"window_start": start, **group}
+        value = {"window_start": start, "window_end": end, **group, self.count_field: int(count)}
+        yield _rows([(self.topic, dumps(result_key), dumps(value))])
+
+    def close(self) -> None:
+        pass
+
+
+class SessionWindows(StatefulProcessor):
+    """Sessions per user: emitted once the watermark passes ``session_end + gap``; events
+    older than the watermark are dropped (they could belong to a session already emitted)."""
+
+    def __init__(self, *, user_field: str, gap_ms: int, topic: str, count_field: str) -> None:
+        self.user_field, self.gap_ms = user_field, gap_ms
+        self.topic, self.count_field = topic, count_field
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.state = handle.getMapState("sessions", "start LONG", "end LONG, events LONG")
+
+    def _load(self) -> list[Session]:
+        if not self.state.exists():
+            return []
+        return [Session(int(k[0]), int(v[0]), int(v[1])) for k, v in self.state.iterator()]
+
+    def _save(self, before: list[Session], after: list[Session]) -> None:
+        for session in before:
+            self.state.removeKey((session.start,))
+            self.handle.deleteTimer(session.end + self.gap_ms)
+        for session in after:
+            self.state.updateValue((session.start,), (session.end, session.events))
+            self.handle.registerTimer(session.end + self.gap_ms)
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
+        watermark = timerValues.getCurrentWatermarkInMs()
+        ts = np.concatenate([df["ts"].to_numpy(dtype=np.int64) for df in rows])
+        on_time = ts[ts >= watermark].tolist()
+        if on_time:
+            before = self._load()
+            self._save(before, merge_sessions(before, on_time, self.gap_ms))
+        yield _EMPTY
+
+    def handleExpiredTimer(
+        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
+    ) -> Iterator[pd.DataFrame]:
+        closed, _ = closed_sessions(self._load(), expiredTimerInfo.getExpiryTimeInMs(), self.gap_ms)
+        out: list[tuple[str, str, str | None]] = []
+        user = _plain(key[0])
+        for session in closed:
+            self.state.removeKey((session.start,))
+            result_key = {self.user_field: user, "session_start": session.start}
+            value = {
+                self.user_field: user,
+                "session_start": session.start,
+                "session_end": session.end,
+                self.count_field: session.events,
+            }
+            out.append((self.topic, dumps(result_key), dumps(value)))
+        yield _rows(out)
+
+    def close(self) -> None:
+        pass
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python value JSON can encode."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def windowed_counts(events: DataFrame, processor: WindowedCounts) -> DataFrame:
+    """Apply :class:`WindowedCounts` (events need a watermark: :func:`with_event_time`)."""
+    return events.groupBy(*processor.key_fields).transformWithStateInPandas(
+        processor, OUTPUT_SCHEMA, "append", "EventTime"
+    )
+
+
+def sessions(events: DataFrame, processor: SessionWindows) -> DataFrame:
+    """Apply :class:`SessionWindows` (events need a watermark: :func:`with_event_time`)."""
+    return events.groupBy(processor.user_field).transformWithStateInPandas(
+        processor, OUTPUT_SCHEMA, "append", "EventTime"
+    )

@@ -1,0 +1,125 @@
+"""Event-time windows, lateness and sessions: the pure logic of the windowed operators.
+
+Times are integers, milliseconds since the epoch; windows are half-open ``[start, end)``.
+Nothing here knows Spark: :mod:`riverbed.pipelines.operators` calls these functions from
+its stateful processors, and the tests call them directly.
+
+- **Tumbling and hopping windows.** A window of ``size`` every ``slide`` (tumbling when
+  ``slide == size``) starts at the multiples of ``slide``; an event belongs to every window
+  ``[start, start + size)`` that contains its time (``size / slide`` of them).
+- **Lateness.** A window is complete, and its result final, once the watermark has reached
+  its end: the operator emits it then. An event that arrives for a window whose end is at
+  or below the watermark is *late*: it can no longer be counted, so it goes to the late
+  side output with the reason, instead of being dropped without a trace as Spark does.
+- **Sessions.** A user's events belong to one session while less than ``gap`` passes between
+  consecutive events; a gap of ``gap`` or more starts a new one. A session ends (its
+  ``session_end`` is the time of its last event) and is final once the watermark reaches
+  ``session_end + gap``: no later event can extend it. An event older than the watermark
+  is late (it could belong to a session already emitted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "Session",
+    "closed_sessions",
+    "counts_by_window",
+    "late_reason",
+    "merge_sessions",
+    "window_starts",
+    "windows_of",
+]
+
+Int64Array = npt.NDArray[np.int64]
+
+
+def _check(size_ms: int, slide_ms: int) -> None:
+    if size_ms <= 0 or slide_ms <= 0 or size_ms % slide_ms:
+        raise ValueError(f"a window of {size_ms} ms every {slide_ms} ms: size must be a "
+                         "positive multiple of the slide")  # fmt: skip
+
+
+def windows_of(ts: int, size_ms: int, slide_ms: int) -> list[tuple[int, int]]:
+    """The windows ``[start, end)`` that contain ``ts``, earliest first."""
+    _check(size_ms, slide_ms)
+    last = ts - ts % slide_ms
+    return [
+        (start, start + size_ms) for start in range(last - size_ms + slide_ms, last + 1, slide_ms)
+    ]
+
+
+def window_starts(ts: Int64Array, size_ms: int, slide_ms: int) -> tuple[Int64Array, Int64Array]:
+    """Vectorised :func:`windows_of`: (row index, window start) for every (event, window)
+    pair, earliest window first per event."""
+    _check(size_ms, slide_ms)
+    per_event = size_ms // slide_ms
+    last = ts - np.mod(ts, slide_ms)
+    rows = np.repeat(np.arange(len(ts), dtype=np.int64), per_event)
+    offsets = np.tile(np.arange(per_event - 1, -1, -1, dtype=np.int64) * slide_ms, len(ts))
+    return rows, np.repeat(last, per_event) - offsets
+
+
+def late_reason(window_start: int, window_end: int, watermark_ms: int) -> str:
+    """Why an event for ``[window_start, window_end)`` is late (``window_end <=
+    watermark_ms``): the ``reason`` of a late event."""
+    return (
+        f"too late: window [{window_start}, {window_end}) was already complete "
+        f"(watermark {watermark_ms})"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    start: int
+    end: int
+    """The time of the session's last event."""
+    events: int
+
+
+def merge_sessions(
+    sessions: Iterable[Session], timestamps: Iterable[int], gap_ms: int
+) -> list[Session]:
+    """``sessions`` with the events at ``timestamps`` added: sessions that the new events
+    bring within ``gap_ms`` of each other merge into one. Sorted by start."""
+    if gap_ms <= 0:
+        raise ValueError(f"the session gap must be positive, not {gap_ms}")
+    points = sorted(
+        [(s.start, s.end, s.events) for s in sessions] + [(t, t, 1) for t in timestamps]
+    )
+    merged: list[Session] = []
+    for start, end, events in points:
+        if merged and start - merged[-1].end < gap_ms:
+            last = merged[-1]
+            merged[-1] = Session(last.start, max(last.end, end), last.events + events)
+        else:
+            merged.append(Session(start, end, events))
+    return merged
+
+
+def closed_sessions(
+    sessions: Iterable[Session], watermark_ms: int, gap_ms: int
+) -> tuple[list[Session], list[Session]]:
+    """(closed, open): a session is closed once the watermark reached ``end + gap_ms``."""
+    closed: list[Session] = []
+    still_open: list[Session] = []
+    for session in sessions:
+        (closed if session.end + gap_ms <= watermark_ms else still_open).append(session)
+    return closed, still_open
+
+
+def counts_by_window(
+    ts: Int64Array, size_ms: int, slide_ms: int, watermark_ms: int
+) -> tuple[Mapping[int, int], Int64Array, Int64Array]:
+    """For a batch of event times: the count per open window start, and the (row, window
+    start) pairs that are late."""
+    rows, starts = window_starts(ts, size_ms, slide_ms)
+    late = starts + size_ms <= watermark_ms
+    on_time = starts[~late]
+    values, counts = np.unique(on_time, return_counts=True)
+    return dict(zip(values.tolist(), counts.tolist(), strict=True)), rows[late], starts[late]
