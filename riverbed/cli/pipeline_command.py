@@ -15,7 +15,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from riverbed.cli.client import DEFAULT_BOOTSTRAP, DEFAULT_CONNECT_TIMEOUT_MS, positive_int
+from riverbed.cli.client import add_connection_arguments, positive_int
 from riverbed.cli.errors import CliError
 
 __all__ = ["add_parser"]
@@ -35,14 +35,7 @@ def add_parser(commands: Any) -> None:
         "earliest offsets; a run with the same checkpoint continues where the last stopped.",
     )
     run.add_argument("name", metavar="NAME", help="the pipeline (see `riverbed pipeline list`)")
-    run.add_argument(
-        "--bootstrap",
-        "--bootstrap-server",
-        dest="bootstrap",
-        default=DEFAULT_BOOTSTRAP,
-        metavar="HOST:PORT",
-        help=f"broker(s) to read from and write to (default {DEFAULT_BOOTSTRAP})",
-    )
+    add_connection_arguments(run)
     run.add_argument(
         "--checkpoint",
         type=Path,
@@ -57,14 +50,6 @@ def add_parser(commands: Any) -> None:
         help="start a micro-batch every N ms (default 1000)",
     )
     run.add_argument("--master", help="Spark master (default local[N], N = the machine's cores)")
-    run.add_argument(
-        "--connect-timeout-ms",
-        type=positive_int,
-        default=DEFAULT_CONNECT_TIMEOUT_MS,
-        metavar="MS",
-        help="give up when no broker answers within this time "
-        f"(default {DEFAULT_CONNECT_TIMEOUT_MS})",
-    )
     run.set_defaults(run=_run)
     listing = actions.add_parser("list", help="describe every pipeline")
     listing.set_defaults(run=_list)

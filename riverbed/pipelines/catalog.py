@@ -57,32 +57,25 @@ def page_views(source: DataFrame) -> DataFrame:
     )
 
 
-def _page_views_per_minute(source: DataFrame) -> DataFrame:
-    counts = WindowedCounts(
-        key_fields=["page"],
-        size_ms=MINUTE_MS,
-        slide_ms=MINUTE_MS,
-        topic="page_views_per_minute",
-        count_field="views",
-        late_topic="late_events",
-        late_key_field="event_id",
-        event_fields=PAGE_VIEW_FIELDS,
-    )
-    return windowed_counts(with_event_time(page_views(source), WATERMARK_DELAY), counts)
+def _page_view_counts(
+    size_ms: int, slide_ms: int, topic: str, late_topic: str
+) -> Callable[[DataFrame], DataFrame]:
+    """Page views per page and window (the windowed-count operator), late ones aside."""
 
+    def build(source: DataFrame) -> DataFrame:
+        counts = WindowedCounts(
+            key_fields=["page"],
+            size_ms=size_ms,
+            slide_ms=slide_ms,
+            topic=topic,
+            count_field="views",
+            late_topic=late_topic,
+            late_key_field="event_id",
+            event_fields=PAGE_VIEW_FIELDS,
+        )
+        return windowed_counts(with_event_time(page_views(source), WATERMARK_DELAY), counts)
 
-def _page_views_sliding(source: DataFrame) -> DataFrame:
-    counts = WindowedCounts(
-        key_fields=["page"],
-        size_ms=5 * MINUTE_MS,
-        slide_ms=MINUTE_MS,
-        topic="page_views_sliding",
-        count_field="views",
-        late_topic="page_views_sliding_late",
-        late_key_field="event_id",
-        event_fields=PAGE_VIEW_FIELDS,
-    )
-    return windowed_counts(with_event_time(page_views(source), WATERMARK_DELAY), counts)
+    return build
 
 
 def _user_sessions(source: DataFrame) -> DataFrame:
@@ -103,7 +96,7 @@ PIPELINES: dict[str, Pipeline] = {
             "window goes to late_events with the reason",
             ("page_views",),
             ("page_views_per_minute", "late_events"),
-            _page_views_per_minute,
+            _page_view_counts(MINUTE_MS, MINUTE_MS, "page_views_per_minute", "late_events"),
         ),
         Pipeline(
             "user_sessions",
@@ -119,7 +112,9 @@ PIPELINES: dict[str, Pipeline] = {
             "hopping-window operator); late page views go to page_views_sliding_late",
             ("page_views",),
             ("page_views_sliding", "page_views_sliding_late"),
-            _page_views_sliding,
+            _page_view_counts(
+                5 * MINUTE_MS, MINUTE_MS, "page_views_sliding", "page_views_sliding_late"
+            ),
         ),
     )
 }

@@ -15,6 +15,7 @@ per key is the result.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +32,10 @@ import riverbed.spark
 from riverbed.pipelines.catalog import PIPELINES, Pipeline
 
 __all__ = ["PipelineError", "RunConfig", "progress_line", "run"]
+
+_LIBRDKAFKA = logging.getLogger("riverbed.pipelines.librdkafka")  # its lines would interleave
+_LIBRDKAFKA.addHandler(logging.NullHandler())
+_LIBRDKAFKA.propagate = False
 
 
 class PipelineError(Exception):
@@ -49,7 +54,7 @@ class RunConfig:
 
 
 def _ensure_outputs(pipeline: Pipeline, bootstrap: str, timeout_s: float) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _LIBRDKAFKA})
     try:
         metadata = admin.list_topics(timeout=timeout_s)
     except KafkaException as e:
