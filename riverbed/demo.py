@@ -9,7 +9,9 @@ arrive the demo shows the group's lag; then a consume-transform-produce job copi
 clicks to another topic exactly once with transactions (and aborts a transaction of junk on
 purpose); then a Spark Structured Streaming query counts clicks per page through the
 riverbed data source and writes the counts back exactly once (:mod:`riverbed.demo_spark`);
-last, the files on disk. Later issues extend it.
+then the shop workload runs through the ``page_views_per_minute`` pipeline, its window
+results and late events shown as they arrive (:mod:`riverbed.demo_pipelines`); last, the
+files on disk. Later issues extend it.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from riverbed import demo_spark
+from riverbed import demo_pipelines, demo_spark
 from riverbed.broker import Broker
 
 TOPIC = "clicks"
@@ -357,6 +359,9 @@ def run(data_dir: Path, *, count: int) -> None:
 
         _section("Spark: clicks per page, a streaming query on the riverbed data source")
         demo_spark.run(bootstrap, topic=TOPIC, partitions=PARTITIONS)
+
+        _section("the shop workload through page_views_per_minute (event-time windows, late data)")
+        demo_pipelines.run(bootstrap, count=min(4 * count, 30_000))
         del producer
         gc.collect()  # close every client before the broker stops (no reconnect noise)
 

@@ -19,6 +19,7 @@ from riverbed.cli import (
     produce_command,
     topics_command,
     transactions_command,
+    workload_command,
 )
 from riverbed.cli.errors import CliError
 
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     transactions_command.add_parser(commands)
     cdc_command.add_parser(commands)
     pipeline_command.add_parser(commands)
+    workload_command.add_parser(commands)
     return parser
 
 

@@ -31,7 +31,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 import riverbed.spark
 from riverbed.pipelines.catalog import PIPELINES, Pipeline
 
-__all__ = ["PipelineError", "RunConfig", "progress_line", "run"]
+__all__ = ["PipelineError", "RunConfig", "ensure_outputs", "progress_line", "run"]
 
 _LIBRDKAFKA = logging.getLogger("riverbed.pipelines.librdkafka")  # its lines would interleave
 _LIBRDKAFKA.addHandler(logging.NullHandler())
@@ -53,8 +53,10 @@ class RunConfig:
     connect_timeout_s: float = 10.0
 
 
-def _ensure_outputs(pipeline: Pipeline, bootstrap: str, timeout_s: float) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _LIBRDKAFKA})
+def ensure_outputs(pipeline: Pipeline, bootstrap: str, timeout_s: float) -> None:
+    """Create the pipeline's missing output topics (compacted, one partition)."""
+    settings: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": _LIBRDKAFKA}
+    admin = AdminClient(settings)
     try:
         metadata = admin.list_topics(timeout=timeout_s)
     except KafkaException as e:
@@ -114,7 +116,7 @@ def run(config: RunConfig, *, say: Callable[[str], None], stopping: Callable[[],
         )
     if config.trigger_ms <= 0:
         raise PipelineError("--trigger-ms must be positive")
-    _ensure_outputs(pipeline, config.bootstrap, config.connect_timeout_s)
+    ensure_outputs(pipeline, config.bootstrap, config.connect_timeout_s)
     config.checkpoint.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     spark = riverbed.spark.session(

@@ -1,0 +1,331 @@
+"""The shop workload's I/O: events into topics, operations into PostgreSQL, paced.
+
+:func:`run_shop` runs once per ``riverbed workload shop``, on the calling thread:
+
+1. creates the topics that are missing (``page_views``, ``searches``, ``clicks``,
+   ``payments``; ``SinkConfig.partitions`` each, the broker's other defaults) and, with a
+   DSN, the tables that are missing (``CREATE TABLE IF NOT EXISTS public.users`` ...,
+   DESIGN.md's schemas);
+2. with a DSN, applies the initial load (the catalog's users and products), in one
+   transaction, before the first event;
+3. sends the events in arrival order with an idempotent ``acks=all`` producer (JSON keys and
+   values, partitioned by murmur2 of the key as Kafka's Java clients do), at most ``rate``
+   per second of wall time; before each event it applies the operations whose event time the
+   stream has reached, in transactions of at most :data:`MAX_BATCH` operations committed at
+   least every :data:`COMMIT_INTERVAL_S`;
+4. stops after ``events`` events, or when ``stopping()`` says so, then commits what is left
+   and waits for every event to be acknowledged.
+
+The database side is :class:`~riverbed.workloads.database.ShopDatabase`. A failed delivery,
+a broker that stops answering or a database error ends the run with
+:class:`~riverbed.workloads.WorkloadError`; what was committed and acknowledged before stays.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from riverbed.workloads import ConfigError, WorkloadError
+from riverbed.workloads.database import ShopDatabase
+from riverbed.workloads.oltp import Operation, OpKind, operations
+from riverbed.workloads.shop import TOPICS, Event, ShopConfig, events
+
+__all__ = [
+    "COMMIT_INTERVAL_S",
+    "MAX_BATCH",
+    "SinkConfig",
+    "Summary",
+    "format_ts",
+    "run_shop",
+]
+
+_LOG = logging.getLogger("riverbed.workloads.librdkafka")
+_LOG.addHandler(logging.NullHandler())
+_LOG.propagate = False
+
+MAX_BATCH = 500
+"""Operations per transaction at most (the initial load is one transaction)."""
+COMMIT_INTERVAL_S = 0.1
+"""Due operations wait at most this long for their commit: rows keep up with the events,
+and a run as fast as possible still commits only ~10 times a second."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SinkConfig:
+    bootstrap: str
+    dsn: str | None = None
+    events: int = 100_000
+    """Events to send; 0: until ``stopping()``."""
+    rate: float = 0.0
+    """Events per second of wall time at most; 0: as fast as possible."""
+    partitions: int = 1
+    """Partitions of the topics created (Kafka's num.partitions default)."""
+    connect_timeout_s: float = 10.0
+    delivery_timeout_ms: int = 30_000
+    """How long an event may wait for its acknowledgement (librdkafka message.timeout.ms)."""
+
+
+@dataclass(slots=True, kw_only=True)
+class Summary:
+    """What one run did."""
+
+    per_topic: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOPICS, 0))
+    stragglers: int = 0
+    operations: dict[OpKind, int] = field(default_factory=lambda: dict.fromkeys(OpKind, 0))
+    first_ts: int | None = None
+    last_ts: int | None = None
+    """The smallest and largest event time sent."""
+    elapsed_s: float = 0.0
+
+    @property
+    def events(self) -> int:
+        return sum(self.per_topic.values())
+
+
+def run_shop(
+    shop: ShopConfig,
+    sink: SinkConfig,
+    *,
+    stopping: Callable[[], bool] = lambda: False,
+    say: Callable[[str], None] = lambda line: None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Summary:
+    """Produce the workload (and write the database, with a DSN); see the module docstring.
+
+    ``say`` gets one line once the topics (and tables) are ready and the events start.
+    """
+    if sink.events < 0:
+        raise ConfigError(f"events must be at least 0, not {sink.events}")
+    if not sink.rate >= 0:
+        raise ConfigError(f"rate must be a number >= 0, not {sink.rate}")
+    if sink.partitions < 1:
+        raise ConfigError(f"partitions must be at least 1, not {sink.partitions}")
+    producer = _EventProducer(sink)
+    database = (
+        ShopDatabase.connect(sink.dsn, timeout_s=sink.connect_timeout_s) if sink.dsn else None
+    )
+    try:
+        producer.ensure_topics(TOPICS, partitions=sink.partitions)
+        if database is not None:
+            database.create_tables()
+        say(
+            f"producing the shop workload to {sink.bootstrap}"
+            + (" and writing its tables" if database is not None else "")
+            + f", event time from {format_ts(shop.start_ms)}"
+        )
+        return _run(shop, sink, producer, database, stopping, clock)
+    finally:
+        if database is not None:
+            database.close()
+
+
+def _run(
+    shop: ShopConfig,
+    sink: SinkConfig,
+    producer: _EventProducer,
+    database: ShopDatabase | None,
+    stopping: Callable[[], bool],
+    clock: Callable[[], float],
+) -> Summary:
+    summary = Summary()
+    writes = _Writes(database, operations(shop), summary, clock) if database else None
+    if writes is not None:
+        writes.due(shop.start_ms)
+        writes.commit()  # the initial load, before the first event
+    started = clock()
+    progress = -1
+    stream = events(shop)
+    while not sink.events or summary.events < sink.events:
+        if stopping() or not _pace(producer, sink.rate, started, summary.events, stopping, clock):
+            break
+        event = next(stream)
+        progress = max(progress, event.ts)
+        if writes is not None:
+            writes.due(progress)
+        producer.send(event)
+        summary.per_topic[event.topic] += 1
+        summary.stragglers += event.straggler
+        if summary.first_ts is None or event.ts < summary.first_ts:
+            summary.first_ts = event.ts
+        summary.last_ts = progress
+    if writes is not None:
+        writes.commit()
+    producer.finish()
+    summary.elapsed_s = clock() - started
+    return summary
+
+
+def format_ts(ms: int) -> str:
+    """An event time as ``2026-01-01T00:00:00Z`` (UTC, to the second)."""
+    moment = datetime.datetime.fromtimestamp(ms // 1000, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _pace(
+    producer: _EventProducer,
+    rate: float,
+    started: float,
+    sent: int,
+    stopping: Callable[[], bool],
+    clock: Callable[[], float],
+) -> bool:
+    """Wait until event number ``sent`` is due; False if ``stopping()`` came first."""
+    if rate <= 0:
+        return True
+    due = started + sent / rate
+    while (ahead := due - clock()) > 0.001:
+        producer.wait(min(ahead, 0.1))  # serves delivery reports while it waits
+        if stopping():
+            return False
+    return True
+
+
+class _Writes:
+    """The operations not yet applied, and when to commit them."""
+
+    def __init__(
+        self,
+        database: ShopDatabase,
+        stream: Iterator[Operation],
+        summary: Summary,
+        clock: Callable[[], float],
+    ) -> None:
+        self.database = database
+        self.stream = stream
+        self.next = next(stream)
+        self.pending: list[Operation] = []
+        self.summary = summary
+        self.clock = clock
+        self.committed_at = clock()
+
+    def due(self, progress: int) -> None:
+        """Take the operations up to event time ``progress``; commit when it is time."""
+        while self.next.at_ms <= progress:
+            self.pending.append(self.next)
+            self.next = next(self.stream)
+        if len(self.pending) >= MAX_BATCH or (
+            self.pending and self.clock() - self.committed_at >= COMMIT_INTERVAL_S
+        ):
+            self.commit()
+
+    def commit(self) -> None:
+        if self.pending:
+            self.database.apply(self.pending)
+            for operation in self.pending:
+                self.summary.operations[operation.kind] += 1
+            self.pending = []
+        self.committed_at = self.clock()
+
+
+def _json(document: dict[str, Any]) -> bytes:
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class _EventProducer:
+    """An idempotent, ``acks=all`` producer of the events, and the topics it writes."""
+
+    def __init__(self, sink: SinkConfig) -> None:
+        self._sink = sink
+        self._errors: list[KafkaError] = []
+        self._failure: str | None = None
+        base: dict[str, Any] = {
+            "bootstrap.servers": sink.bootstrap,
+            "client.id": "riverbed-workload",
+            "logger": _LOG,
+            "error_cb": self._errors.append,
+        }
+        try:
+            self._admin = AdminClient(base)
+            self._producer = Producer(
+                {
+                    **base,
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "linger.ms": 5,
+                    "partitioner": "murmur2_random",  # Kafka's Java clients' default
+                    "message.timeout.ms": sink.delivery_timeout_ms,
+                    "delivery.report.only.error": True,
+                    "on_delivery": self._delivered,
+                }
+            )
+        except (KafkaException, ValueError) as e:
+            raise ConfigError(f"invalid client configuration: {e}") from None
+
+    def ensure_topics(self, topics: Sequence[str], *, partitions: int) -> None:
+        """Create the topics that are missing and wait until they have leaders."""
+        timeout_s = self._sink.connect_timeout_s
+        metadata = self._metadata(timeout_s)
+        missing = [t for t in topics if t not in metadata.topics or metadata.topics[t].error]
+        if missing:
+            futures = self._admin.create_topics(
+                [NewTopic(t, num_partitions=partitions) for t in missing],
+                request_timeout=timeout_s,
+            )
+            for topic, future in futures.items():
+                try:
+                    future.result()
+                except KafkaException as e:
+                    if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                        raise WorkloadError(
+                            f"cannot create topic {topic}: {e.args[0].str()}"
+                        ) from None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            metadata = self._metadata(timeout_s)
+            waiting = [t for t in topics if t not in metadata.topics or metadata.topics[t].error]
+            if not waiting:
+                return
+            if time.monotonic() > deadline:
+                raise WorkloadError(f"topics not ready within {timeout_s:g} s: {waiting}")
+            time.sleep(0.05)
+
+    def _metadata(self, timeout_s: float) -> Any:
+        try:
+            return self._admin.list_topics(timeout=timeout_s)
+        except KafkaException as e:
+            cause = self._errors[-1].str() if self._errors else str(e)
+            raise WorkloadError(
+                f"no broker reachable at {self._sink.bootstrap} within {timeout_s:g} s: {cause}"
+            ) from None
+
+    def send(self, event: Event) -> None:
+        key, value = _json(event.key), _json(event.value)
+        while True:
+            try:
+                self._producer.produce(event.topic, key=key, value=value)
+                break
+            except BufferError:  # the local queue is full: let acknowledgements drain it
+                self.wait(0.1)
+        self._producer.poll(0)
+        self._check()
+
+    def wait(self, timeout_s: float) -> None:
+        self._producer.poll(timeout_s)
+        self._check()
+
+    def finish(self) -> None:
+        """Wait for every event's acknowledgement (up to the delivery timeout)."""
+        left = self._producer.flush(self._sink.delivery_timeout_ms / 1000)
+        self._check()
+        if left:
+            raise WorkloadError(f"{left} events not acknowledged in time")
+
+    def _delivered(self, error: KafkaError | None, _message: Any) -> None:
+        if error is not None and self._failure is None:
+            self._failure = error.str()
+
+    def _check(self) -> None:
+        fatal = next((e for e in self._errors if e.fatal()), None)
+        if fatal is not None:
+            raise WorkloadError(f"the producer failed: {fatal.str()}")
+        if self._failure is not None:
+            raise WorkloadError(f"an event was not delivered: {self._failure}")
