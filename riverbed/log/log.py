@@ -472,10 +472,13 @@ class Log:
             log_start_offset=self._log_start_offset,
             next_bases=[*self._bases[1:], self._log_end_offset],
         )
+        if count == len(self._segments):
+            if self._segments[-1].size == 0:
+                count -= 1  # an empty active segment is never deletable (Kafka's rule)
+            else:
+                self.roll(now_ms=now_ms)
         if count == 0:
             return 0
-        if count == len(self._segments):
-            self.roll(now_ms=now_ms)
         doomed = self._segments[:count]
         self._advance_log_start(self._bases[count])
         self._remove_segments(doomed)

@@ -102,6 +102,23 @@ def test_retention_by_time_can_expire_the_active_segment(tmp_path: Path) -> None
     log.close()
 
 
+def test_an_empty_active_segment_is_never_deleted(tmp_path: Path) -> None:
+    """An empty log, and a log whose only segment was just emptied by retention: nothing to
+    delete (this raised IndexError and killed the broker's retention task)."""
+    clock = FakeClock()
+    log = open_log(tmp_path / "empty", clock, retention_ms=60_000)
+    assert log.delete_old_segments(now_ms=clock.now_ms + 10 * HOUR_MS) == 0
+    assert log.delete_old_segments(now_ms=clock.now_ms) == 0
+    assert [s.base_offset for s in log.segments] == [0]
+    log.close()
+    _fill(tmp_path / "full", clock, batches=2)
+    log = open_log(tmp_path / "full", clock, retention_ms=60_000)
+    assert log.delete_old_segments(now_ms=clock.now_ms) == 2  # rolled, then deleted
+    assert log.delete_old_segments(now_ms=clock.now_ms + 10 * HOUR_MS) == 0  # empty active
+    assert [s.base_offset for s in log.segments] == [6]
+    log.close()
+
+
 def test_retention_by_bytes_deletes_while_the_rest_stays_over_the_limit(tmp_path: Path) -> None:
     """Kafka's rule: a segment goes only if the log is still at least retention.bytes
     without it, so the log ends between the limit and the limit plus one segment."""
