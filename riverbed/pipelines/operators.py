@@ -114,7 +114,12 @@ class WindowedCounts(StatefulProcessor):
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
-        batch = pd.concat(list(rows), ignore_index=True)
+        if any(k is None for k in key):
+            yield _EMPTY  # records without the grouping fields are not events of this kind
+            return
+        needed = ["ts", *([self.late_key_field] if self.late_topic is not None else [])]
+        batch = pd.concat(list(rows), ignore_index=True).dropna(subset=needed)
+        batch = batch.reset_index(drop=True).astype({"ts": "int64"})  # NaN made it float
         watermark = timerValues.getCurrentWatermarkInMs()
         ts = batch["ts"].to_numpy(dtype=np.int64)
         counts, late_rows, late_starts = counts_by_window(
@@ -188,8 +193,11 @@ class SessionWindows(StatefulProcessor):
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
+        if key[0] is None:
+            yield _EMPTY  # page views without a user have no session
+            return
         watermark = timerValues.getCurrentWatermarkInMs()
-        ts = np.concatenate([df["ts"].to_numpy(dtype=np.int64) for df in rows])
+        ts = np.concatenate([df["ts"].dropna().to_numpy(dtype=np.int64) for df in rows])
         on_time = ts[ts >= watermark].tolist()
         if on_time:
             before = self._load()

@@ -1,0 +1,579 @@
+"""The ``page_views_per_minute`` pipeline on local[2]: sustained throughput and latency.
+
+    .venv/bin/python benchmarks/pipelines.py [--events 2000000] [--repeat 3] [--warmup 1]
+        [--max-offsets 250000] [--latency-seconds 360] [--rate 2000] [--trigger-ms 1000]
+        [--quick] [--only throughput latency]
+
+About 10 minutes with the defaults; ``--quick`` (a smoke run) about 5.
+
+Starts ``riverbed broker`` as its own process and one local[2] SparkSession (started before
+any clock runs), then:
+
+1. **Throughput** (target >= 100k events/s): ``--events`` page views (50 pages, 10,000 users,
+   event time advancing 1,000 events per second of event time, each up to 2 s out of order,
+   one in 1,000 a straggler 10 minutes old) are produced over 4 partitions of
+   ``page_views``. The pipeline (``PIPELINES["page_views_per_minute"].build``, as ``riverbed
+   pipeline run`` builds it) then reads them all from earliest with ``Trigger.AvailableNow``
+   and ``maxOffsetsPerTrigger`` (several micro-batches) into the riverbed sink (exactly-once
+   transactions). Timed from the query's start to its end; per batch, Spark's
+   ``processedRowsPerSecond`` and ``durationMs``. Checked afterwards: every window whose end
+   is at or below the final watermark is in the output once, and per (window, page) its
+   views plus its late events equal the events produced for it; no other window is. Each of
+   ``--repeat`` runs has a fresh checkpoint and fresh output topics; medians. ``--warmup``
+   runs come first and are printed but not counted (the first query of a session starts
+   Spark's Python workers and runs with a cold JIT). Also printed: the CPU seconds of the
+   JVM, the Python workers and the broker during each run.
+2. **Latency** (target: the 2-minute watermark delay plus two triggers): with a
+   ``--trigger-ms`` processing-time trigger, a producer paced at ``--rate`` page views per
+   second, each stamped with the current wall-clock time, runs for ``--latency-seconds``
+   (on a second, empty broker); a read_committed consumer tails ``page_views_per_minute``.
+   For each result row: receive time minus (window end + 2 minutes), the earliest time the
+   watermark can pass the window's end, and receive time minus window end (the total); per
+   window, when the batch that read the first event past that moment and the batch that
+   closed the window started and how long they took; durationMs of the closing batches and
+   of the others.
+
+Not part of the test run; results go in BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+from broker_throughput import PRODUCER_SETTINGS, machine, start_broker
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+
+import riverbed.spark
+from riverbed.pipelines.catalog import PIPELINES
+
+PIPELINE = PIPELINES["page_views_per_minute"]
+INPUT, OUTPUT, LATE = "page_views", "page_views_per_minute", "late_events"
+PARTITIONS = 4
+PAGES = 50
+USERS = 10_000
+EVENTS_PER_EVENT_S = 1_000
+DISORDER_MS = 2_000
+STRAGGLER_EVERY = 1_000
+STRAGGLER_AGE_MS = 10 * 60_000
+BASE_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+MINUTE_MS = 60_000
+WATERMARK_DELAY_MS = 2 * MINUTE_MS  # catalog.WATERMARK_DELAY
+SPARK_CONFIG = {"spark.sql.streaming.numRecentProgressUpdates": "1000"}
+"""Spark keeps 100 progress reports by default; the latency run makes one per trigger."""
+QUICK = {
+    "events": 200_000,
+    "repeat": 1,
+    "warmup": 0,
+    "max_offsets": 50_000,
+    "latency_seconds": 200.0,
+}
+"""A smoke run: the latency run must last over 3 minutes for one window to close."""
+
+
+def create_topics(bootstrap: str, *, fresh: bool) -> None:
+    """``page_views`` (4 partitions) and the outputs (1 partition, compacted, as ``riverbed
+    pipeline run`` creates them); with ``fresh``, the outputs are deleted first."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    existing = admin.list_topics(timeout=10).topics
+    if fresh and (old := [t for t in PIPELINE.outputs if t in existing]):
+        for future in admin.delete_topics(old, request_timeout=30).values():
+            future.result(timeout=30)
+        existing = admin.list_topics(timeout=10).topics
+    wanted = [
+        NewTopic(t, num_partitions=1, config={"cleanup.policy": "compact"})
+        for t in PIPELINE.outputs
+        if t not in existing
+    ]
+    if INPUT not in existing:
+        wanted.append(NewTopic(INPUT, num_partitions=PARTITIONS))
+    for future in admin.create_topics(wanted).values():
+        future.result(timeout=30)
+
+
+@dataclass
+class Workload:
+    ts: np.ndarray
+    pages: np.ndarray
+
+    def expected(self) -> Counter[tuple[int, str]]:
+        """Events per (window start, page)."""
+        starts = self.ts - np.mod(self.ts, MINUTE_MS)
+        keys = starts * PAGES + self.pages
+        values, counts = np.unique(keys, return_counts=True)
+        return Counter(
+            {
+                (int(k // PAGES), f"/page/{k % PAGES}"): int(n)
+                for k, n in zip(values.tolist(), counts.tolist(), strict=True)
+            }
+        )
+
+
+def page_view(event_id: str, user: int, page: int, ts_ms: int) -> bytes:
+    return (
+        f'{{"event_id":"{event_id}","user_id":"u{user}","page":"/page/{page}","ts":{ts_ms}}}'
+    ).encode()
+
+
+def fill(bootstrap: str, events: int, seed: int = 8) -> Workload:
+    """Produce the throughput run's page views (module docstring); returns what they are."""
+    rng = np.random.default_rng(seed)
+    index = np.arange(events, dtype=np.int64)
+    ts = BASE_MS + index * 1000 // EVENTS_PER_EVENT_S
+    ts += rng.integers(-DISORDER_MS, DISORDER_MS + 1, events)
+    ts[STRAGGLER_EVERY - 1 :: STRAGGLER_EVERY] -= STRAGGLER_AGE_MS
+    pages = rng.integers(0, PAGES, events)
+    users = rng.integers(0, USERS, events)
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_SETTINGS})
+    produce = producer.produce
+    for i, t, p, u in zip(index.tolist(), ts.tolist(), pages.tolist(), users.tolist(), strict=True):
+        produce(INPUT, page_view(f"e{i}", u, p, t), key=b"u%d" % u, partition=i % PARTITIONS)
+        if i % 100_000 == 0:
+            producer.poll(0)
+    if producer.flush(300) != 0:
+        raise SystemExit("page views not delivered")
+    return Workload(ts, pages)
+
+
+def start_query(
+    spark: SparkSession,
+    bootstrap: str,
+    checkpoint: Path,
+    *,
+    max_offsets: int | None = None,
+    trigger_ms: int | None = None,
+) -> StreamingQuery:
+    """The pipeline as :func:`riverbed.pipelines.runner.run` builds it, with the benchmark's
+    trigger (AvailableNow unless ``trigger_ms``)."""
+    reader = (
+        spark.readStream.format("riverbed")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", ",".join(PIPELINE.inputs))
+        .option("startingOffsets", "earliest")
+    )
+    if max_offsets is not None:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets))
+    writer = (
+        PIPELINE.build(reader.load())
+        .writeStream.format("riverbed")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("checkpointLocation", str(checkpoint))
+        .outputMode("append")
+        .queryName(PIPELINE.name)
+    )
+    if trigger_ms is None:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{trigger_ms} milliseconds")
+    return writer.start()
+
+
+def read_all(bootstrap: str, topic: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Every (key, value) of ``topic``, read_committed, from the start to the end."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"check-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "fetch.queue.backoff.ms": 10,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    records: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    return records
+                raise SystemExit(f"reading {topic}: {error}")
+            records.append((json.loads(message.key() or b""), json.loads(message.value() or b"")))
+    finally:
+        consumer.close()
+    raise SystemExit(f"reading {topic}: no end within 60 s")
+
+
+def watermark_ms(progress: dict[str, Any]) -> int:
+    text = progress.get("eventTime", {}).get("watermark", "1970-01-01T00:00:00.000Z")
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def check(bootstrap: str, workload: Workload, final_watermark_ms: int) -> tuple[int, int, int]:
+    """(windows, views, late events) of the output, checked against the events produced
+    (module docstring); raises SystemExit on a mismatch."""
+    expected = workload.expected()
+    views: Counter[tuple[int, str]] = Counter()
+    problems = []
+    for key, value in read_all(bootstrap, OUTPUT):
+        window = (value["window_start"], value["page"])
+        if window in views:
+            problems.append(f"{key} written twice")
+        views[window] += value["views"]
+    late: Counter[tuple[int, str]] = Counter()
+    for _, event in read_all(bootstrap, LATE):
+        late[(event["ts"] - event["ts"] % MINUTE_MS, event["page"])] += 1
+    for window in expected.keys() | views.keys() | late.keys():
+        closed = window[0] + MINUTE_MS <= final_watermark_ms
+        if closed and views[window] + late[window] != expected[window]:
+            problems.append(
+                f"{window}: {views[window]} views + {late[window]} late != {expected[window]}"
+            )
+        if not closed and (views[window] or late[window]):
+            problems.append(f"{window} open (watermark {final_watermark_ms}) but in the output")
+    if problems or not views:
+        raise SystemExit("output wrong:\n" + "\n".join(problems[:20] or ["no output"]))
+    return len(views), sum(views.values()), sum(late.values())
+
+
+def cpu_seconds() -> Counter[str]:
+    """CPU seconds (user + system) so far of Spark's JVM, its Python workers, the broker and
+    this process (the driver's Python side). Processes that ended are missing: Spark's
+    short-lived workers (planning, the sink's commit) use little."""
+    totals: Counter[str] = Counter()
+    me = psutil.Process()
+    for process in [me, *me.children(recursive=True)]:
+        try:
+            command = " ".join(process.cmdline())
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        if process.pid == me.pid:
+            kind = "driver"
+        elif "java" in process.name():
+            kind = "JVM"
+        elif "pyspark" in command:
+            kind = "Python workers"
+        elif "broker" in command:
+            kind = "broker"
+        else:
+            kind = "other"
+        totals[kind] += times.user + times.system
+    return totals
+
+
+@dataclass
+class Run:
+    seconds: float
+    batches: list[dict[str, Any]]
+    windows: int
+    views: int
+    late: int
+    cpu_s: Counter[str]
+
+    def durations(self) -> dict[str, int]:
+        """durationMs summed over the batches."""
+        total: Counter[str] = Counter()
+        for batch in self.batches:
+            total.update(batch.get("durationMs", {}))
+        return dict(total)
+
+
+def throughput_run(
+    spark: SparkSession, bootstrap: str, workload: Workload, checkpoint: Path, max_offsets: int
+) -> Run:
+    create_topics(bootstrap, fresh=True)
+    cpu_before = cpu_seconds()
+    started = time.perf_counter()
+    query = start_query(spark, bootstrap, checkpoint, max_offsets=max_offsets)
+    query.awaitTermination()
+    seconds = time.perf_counter() - started
+    cpu_s = cpu_seconds()
+    cpu_s.subtract(cpu_before)
+    if query.exception() is not None:
+        raise SystemExit(f"query failed: {query.exception()}")
+    batches = [json.loads(p.json) for p in query.recentProgress]
+    windows, views, late = check(bootstrap, workload, watermark_ms(batches[-1]))
+    return Run(seconds, batches, windows, views, late, cpu_s)
+
+
+def print_run(name: str, events: int, run: Run) -> None:
+    rates = [b["processedRowsPerSecond"] for b in run.batches if b.get("numInputRows")]
+    print(
+        f"{name}: {events / run.seconds:,.0f} events/s ({run.seconds:.1f} s, "
+        f"{len(run.batches)} batches; per data batch {', '.join(f'{r:,.0f}' for r in rates)} "
+        f"rows/s); output {run.windows:,} windows, {run.views:,} views, {run.late:,} late "
+        f"events, checked",
+        flush=True,
+    )
+    total = run.durations()
+    parts = ", ".join(
+        f"{k} {v / 1000:.1f} s" for k, v in sorted(total.items(), key=lambda kv: -kv[1])
+    )
+    print(f"  durationMs summed over batches: {parts}", flush=True)
+    cpu = ", ".join(f"{k} {v:.1f}" for k, v in run.cpu_s.most_common() if v >= 0.05)
+    print(
+        f"  CPU seconds ({2 * run.seconds:.1f} available on 2 cores): {cpu}; "
+        f"{sum(run.cpu_s.values()) / run.seconds:.2f} cores busy on average",
+        flush=True,
+    )
+    for batch in run.batches:
+        state = batch.get("stateOperators", [{}])[0]
+        print(
+            f"  batch {batch['batchId']}: {batch.get('numInputRows', 0):,} rows, "
+            f"{batch['durationMs'].get('triggerExecution', 0):,} ms "
+            f"(addBatch {batch['durationMs'].get('addBatch', 0):,}), watermark "
+            f"{batch.get('eventTime', {}).get('watermark', '-')}, state rows "
+            f"{state.get('numRowsTotal', '-')}, state updates "
+            f"{state.get('allUpdatesTimeMs', '-')} ms, state commit "
+            f"{state.get('commitTimeMs', '-')} ms",
+            flush=True,
+        )
+
+
+def throughput(spark: SparkSession, bootstrap: str, root: Path, args: argparse.Namespace) -> None:
+    create_topics(bootstrap, fresh=False)
+    started = time.perf_counter()
+    workload = fill(bootstrap, args.events)
+    print(
+        f"produced {args.events:,} page views in {time.perf_counter() - started:.1f} s "
+        f"({PAGES} pages, {USERS:,} users, {PARTITIONS} partitions, event time "
+        f"{args.events / EVENTS_PER_EVENT_S / 60:.1f} minutes); AvailableNow, "
+        f"maxOffsetsPerTrigger {args.max_offsets:,}",
+        flush=True,
+    )
+    runs = []
+    for number in range(1 - args.warmup, args.repeat + 1):
+        run = throughput_run(spark, bootstrap, workload, root / f"cp-{number}", args.max_offsets)
+        print_run("warm-up" if number < 1 else f"run {number}", args.events, run)
+        if number >= 1:
+            runs.append(run)
+    seconds = statistics.median(run.seconds for run in runs)
+    rates = [
+        b["processedRowsPerSecond"] for run in runs for b in run.batches if b.get("numInputRows")
+    ]
+    print(
+        f"throughput median: {args.events / seconds:,.0f} events/s (target >= 100,000); "
+        f"per data batch median {statistics.median(rates):,.0f} rows/s",
+        flush=True,
+    )
+
+
+@dataclass
+class Tail:
+    """Receives ``page_views_per_minute`` (read_committed) in a thread: (receive time ms,
+    window end, page) per result."""
+
+    bootstrap: str
+    results: list[tuple[int, int, str]] = field(default_factory=list)
+    late: int = 0
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"tail-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "fetch.wait.max.ms": 10,
+                "fetch.queue.backoff.ms": 10,
+            }
+        )
+        consumer.assign([TopicPartition(OUTPUT, 0, 0), TopicPartition(LATE, 0, 0)])
+        while not self.stopping.is_set():
+            message = consumer.poll(0.1)
+            if message is None or message.error() is not None:
+                continue
+            received_ms = time.time_ns() // 1_000_000
+            if message.topic() == LATE:
+                self.late += 1
+                continue
+            value = json.loads(message.value() or b"")
+            self.results.append((received_ms, value["window_end"], value["page"]))
+        consumer.close()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join()
+
+
+def paced_produce(bootstrap: str, rate: int, seconds: float) -> int:
+    """Page views stamped with the wall-clock time, ``rate`` a second, in 10 ms steps."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    rng = np.random.default_rng(1)
+    started = time.monotonic()
+    sent = 0
+    while (elapsed := time.monotonic() - started) < seconds:
+        due = int(elapsed * rate)
+        now_ms = time.time_ns() // 1_000_000
+        for page, user in zip(
+            rng.integers(0, PAGES, due - sent).tolist(),
+            rng.integers(0, USERS, due - sent).tolist(),
+            strict=True,
+        ):
+            value = page_view(f"l{sent}", user, page, now_ms)
+            producer.produce(INPUT, value, key=b"u%d" % user, partition=sent % PARTITIONS)
+            sent += 1
+        producer.poll(0)
+        time.sleep(0.01)
+    if producer.flush(30) != 0:
+        raise SystemExit("page views not delivered")
+    return sent
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def started_ms(progress: dict[str, Any]) -> int:
+    text = progress["timestamp"].replace("Z", "+00:00")
+    return int(datetime.fromisoformat(text).timestamp() * 1000)
+
+
+def closing(
+    batches: list[dict[str, Any]], window_end: int
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The two batches that close a window: the one that read the first event past its end
+    plus the watermark delay, and the next (its watermark passes the window's end: it fires
+    the window's timers and writes the result)."""
+    for before, after in itertools.pairwise(batches):
+        if watermark_ms(after) >= window_end:
+            return before, after
+    return None
+
+
+def timeline(batches: list[dict[str, Any]], window_end: int) -> str:
+    """:func:`closing`'s batches, relative to window end + the watermark delay."""
+    pair = closing(batches, window_end)
+    if pair is None:
+        return "closing batch not found"
+    earliest = window_end + WATERMARK_DELAY_MS
+    return "; ".join(
+        f"{what} batch {b['batchId']} started at {started_ms(b) - earliest:+,} ms, "
+        f"took {b['durationMs'].get('triggerExecution', 0):,} ms"
+        for what, b in zip(("reading", "closing"), pair, strict=True)
+    )
+
+
+def latency(spark: SparkSession, root: Path, args: argparse.Namespace) -> None:
+    process, bootstrap = start_broker(root / "latency-data")
+    try:
+        create_topics(bootstrap, fresh=False)
+        tail = Tail(bootstrap)
+        query = start_query(spark, bootstrap, root / "cp-latency", trigger_ms=args.trigger_ms)
+        sent = paced_produce(bootstrap, args.rate, args.latency_seconds)
+        time.sleep(2 * args.trigger_ms / 1000 + 5)  # the last results
+        query.stop()
+        tail.stop()
+        batches = [json.loads(p.json) for p in query.recentProgress]
+    finally:
+        process.terminate()
+        process.wait(60)
+    print(
+        f"latency run: {sent:,} page views in {args.latency_seconds:.0f} s "
+        f"({sent / args.latency_seconds:,.0f}/s), trigger {args.trigger_ms} ms, "
+        f"{len(batches)} batches, {tail.late} late events",
+        flush=True,
+    )
+    by_window: dict[int, list[int]] = {}
+    for received_ms, window_end, _ in tail.results:
+        by_window.setdefault(window_end, []).append(received_ms)
+    if not by_window:
+        raise SystemExit("no window closed: run longer (--latency-seconds)")
+    complete_after = []
+    for window_end, received in sorted(by_window.items()):
+        earliest = window_end + WATERMARK_DELAY_MS
+        complete_after.append(max(received) - earliest)
+        print(
+            f"  window ending {datetime.fromtimestamp(window_end / 1000, UTC):%H:%M}: "
+            f"{len(received)} pages, first after {min(received) - earliest:,} ms, all after "
+            f"{max(received) - earliest:,} ms (total {max(received) - window_end:,} ms); "
+            f"{timeline(batches, window_end)}",
+            flush=True,
+        )
+    rows_after = [r - (w + WATERMARK_DELAY_MS) for r, w, _ in tail.results]
+    warm = batches[len(batches) // 10 :]  # the first batches start Spark's Python workers
+    closers = {pair[1]["batchId"] for end in by_window if (pair := closing(batches, end))}
+    for name, group in (
+        ("other batches", [b for b in warm if b["batchId"] not in closers]),
+        ("closing batches", [b for b in warm if b["batchId"] in closers]),
+    ):
+        if not group:
+            continue
+        keys = sorted(group[0]["durationMs"], key=lambda k: -group[0]["durationMs"][k])
+        parts = ", ".join(
+            f"{k} {statistics.median(b['durationMs'].get(k, 0) for b in group):,.0f}" for k in keys
+        )
+        print(f"  {name} ({len(group)}), median durationMs: {parts}", flush=True)
+    target_ms = 2 * args.trigger_ms
+    print(
+        f"latency after the watermark could pass the window's end ({len(by_window)} windows, "
+        f"{len(rows_after)} rows): window complete p50 {statistics.median(complete_after):,.0f}"
+        f" ms, max {max(complete_after):,} ms; per row p50 {statistics.median(rows_after):,.0f}"
+        f" ms, p95 {percentile(rows_after, 0.95):,.0f} ms, max {max(rows_after):,} ms "
+        f"(target <= two triggers, {target_ms:,} ms); total from window end: p50 "
+        f"{statistics.median(complete_after) + WATERMARK_DELAY_MS:,.0f} ms, max "
+        f"{max(complete_after) + WATERMARK_DELAY_MS:,} ms (target <= "
+        f"{WATERMARK_DELAY_MS + target_ms:,} ms)",
+        flush=True,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=2_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="throughput runs before the measured ones"
+    )
+    parser.add_argument("--max-offsets", type=int, default=250_000, help="maxOffsetsPerTrigger")
+    parser.add_argument("--latency-seconds", type=float, default=360.0)
+    parser.add_argument("--rate", type=int, default=2_000, help="page views/s, latency run")
+    parser.add_argument("--trigger-ms", type=int, default=1_000, help="latency run's trigger")
+    parser.add_argument("--quick", action="store_true", help="small sizes, a smoke run")
+    parser.add_argument(
+        "--only", nargs="+", choices=["throughput", "latency"], default=["throughput", "latency"]
+    )
+    args = parser.parse_args()
+    if args.quick:
+        for name, value in QUICK.items():
+            setattr(args, name, value)
+    print(f"machine: {machine()}")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        process, bootstrap = start_broker(root / "data")
+        spark = riverbed.spark.session(
+            "benchmark", master="local[2]", log_level="ERROR", config=SPARK_CONFIG
+        )
+        print(f"Spark {spark.version}, local[2]", flush=True)
+        try:
+            if "throughput" in args.only:
+                throughput(spark, bootstrap, root, args)
+            if "latency" in args.only:
+                latency(spark, root, args)
+        finally:
+            spark.stop()
+            process.terminate()
+            process.wait(60)
+
+
+if __name__ == "__main__":
+    main()
