@@ -176,8 +176,7 @@ class Publisher:
                             f"cannot create topic {topic}: {e.args[0].str()}"
                         ) from None
         deadline = time.monotonic() + self.timeout_s
-        while True:
-            metadata = self._admin.list_topics(timeout=self.timeout_s)
+        while True:  # the first listing serves when nothing had to be created
             ready = {
                 t: len(metadata.topics[t].partitions)
                 for t in wanted
@@ -186,6 +185,7 @@ class Publisher:
             if len(ready) == len(wanted) or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
+            metadata = self._admin.list_topics(timeout=self.timeout_s)
         if len(ready) != len(wanted):
             raise CaptureError(f"topics not ready in time: {sorted(set(wanted) - set(ready))}")
         self._partition_counts.update(ready)
