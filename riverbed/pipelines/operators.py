@@ -13,6 +13,13 @@ silently discards the rows older than the watermark before user code sees them. 
 the operator sees every row and decides itself (:mod:`riverbed.pipelines.windows`): rows for
 windows still open are counted, late rows go to a side output with the reason.
 
+**Partial aggregation before the shuffle.** As Spark's own aggregations do, the windowed
+counts are first counted where the events are read: :func:`count_panes` turns each Arrow
+batch (``mapInArrow``) into one row per grouping key and pane (the slide-aligned interval
+whose events all belong to the same windows) with its count and, for the late side output,
+the pane's events as one Arrow IPC stream, opened only if the pane turns out late. The
+stateful operator then sees a few rows per key instead of every event.
+
 The operators keep their state in Spark's state store (RocksDB, checkpointed), one state per
 grouping key, and emit a window or a session once, when the watermark completes it (timers
 at the window's end or the session's end plus the gap).
@@ -20,12 +27,15 @@ at the window's end or the session's end plus the gap).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import (
@@ -34,7 +44,7 @@ from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessorHandle,
     TimerValues,
 )
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
 from riverbed.pipelines.windows import (
     Session,
@@ -42,12 +52,14 @@ from riverbed.pipelines.windows import (
     counts_by_window,
     late_reason,
     merge_sessions,
+    pane_start,
 )
 
 __all__ = [
     "OUTPUT_SCHEMA",
     "SessionWindows",
     "WindowedCounts",
+    "count_panes",
     "sessions",
     "windowed_counts",
     "with_event_time",
@@ -85,9 +97,75 @@ def _rows(rows: list[tuple[str, str, str | None]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["topic", "key", "value"])
 
 
+PANE_START, PANE_EVENTS, PANE_ROWS = "pane_start", "pane_events", "pane_rows"
+
+
+def count_panes(
+    batch: pa.RecordBatch,
+    *,
+    key_fields: Sequence[str],
+    slide_ms: int,
+    required: Sequence[str],
+    event_fields: Sequence[str],
+) -> pa.RecordBatch:
+    """A batch of events (``ts`` in epoch ms) counted per grouping key and pane: one row per
+    (key, pane) with the key fields, ``pane_start``, ``pane_events`` (the count) and
+    ``pane_rows``, the pane's ``event_fields`` as an Arrow IPC stream (empty when
+    ``event_fields`` is). Events without one of the ``required`` fields are left out."""
+    table = pa.Table.from_batches([batch])
+    valid = np.ones(table.num_rows, dtype=bool)
+    for name in required:
+        valid &= table[name].is_valid().to_numpy(zero_copy_only=False)
+    table = table.filter(pa.array(valid))
+    panes = pane_start(table["ts"].to_numpy().astype(np.int64), slide_ms)
+    grouping = [*key_fields, PANE_START]
+    table = (
+        table.append_column(PANE_START, pa.array(panes, pa.int64()))
+        .sort_by([(name, "ascending") for name in grouping])
+        .combine_chunks()
+    )
+    rows = table.num_rows
+    first = np.ones(rows, dtype=bool)
+    if rows > 1:
+        first[1:] = False
+        for name in grouping:
+            column = table[name]
+            changed = pc.not_equal(column.slice(1), column.slice(0, rows - 1))
+            first[1:] |= changed.to_numpy(zero_copy_only=False)
+    starts = np.flatnonzero(first)
+    ends = np.append(starts[1:], rows)[: len(starts)]
+    events = table.select(list(event_fields))
+    bounds = zip(starts.tolist(), ends.tolist(), strict=True)
+    blobs = [_ipc(events.slice(a, b - a)) if event_fields else b"" for a, b in bounds]
+    heads = table.take(pa.array(starts, pa.int64()))
+    return pa.RecordBatch.from_arrays(
+        [
+            *(heads[name].combine_chunks() for name in grouping),
+            pa.array(ends - starts, pa.int64()),
+            pa.array(blobs, pa.binary()),
+        ],
+        names=[*grouping, PANE_EVENTS, PANE_ROWS],
+    )
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _pane_batches(batches: Iterator[pa.RecordBatch], **panes: Any) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        counted = count_panes(batch, **panes)
+        if counted.num_rows:
+            yield counted
+
+
 class WindowedCounts(StatefulProcessor):
     """Counts per grouping key and event-time window (tumbling or hopping), emitted once per
-    window when the watermark reaches its end; late events go to ``late_topic``."""
+    window when the watermark reaches its end; late events go to ``late_topic``. Its input
+    is :func:`count_panes`'s rows (:func:`windowed_counts` puts them in between)."""
 
     def __init__(
         self,
@@ -107,6 +185,17 @@ class WindowedCounts(StatefulProcessor):
         self.late_topic, self.late_key_field = late_topic, late_key_field
         self.event_fields = list(event_fields)
 
+    def pane_counter(self) -> Any:
+        """The ``mapInArrow`` function that counts events per key and pane."""
+        late = self.late_topic is not None
+        return functools.partial(
+            _pane_batches,
+            key_fields=self.key_fields,
+            slide_ms=self.slide_ms,
+            required=[*self.key_fields, "ts", *([self.late_key_field] if late else [])],
+            event_fields=self.event_fields if late else [],
+        )
+
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
         self.counts = handle.getMapState("counts", "window_start LONG", "count LONG")
@@ -114,16 +203,14 @@ class WindowedCounts(StatefulProcessor):
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
-        if any(k is None for k in key):
-            yield _EMPTY  # records without the grouping fields are not events of this kind
-            return
-        needed = ["ts", *([self.late_key_field] if self.late_topic is not None else [])]
-        batch = pd.concat(list(rows), ignore_index=True).dropna(subset=needed)
-        batch = batch.reset_index(drop=True).astype({"ts": "int64"})  # NaN made it float
+        batch = pd.concat(list(rows), ignore_index=True)
         watermark = timerValues.getCurrentWatermarkInMs()
-        ts = batch["ts"].to_numpy(dtype=np.int64)
         counts, late_rows, late_starts = counts_by_window(
-            ts, self.size_ms, self.slide_ms, watermark
+            batch[PANE_START].to_numpy(dtype=np.int64),
+            self.size_ms,
+            self.slide_ms,
+            watermark,
+            batch[PANE_EVENTS].to_numpy(dtype=np.int64),
         )
         for start, added in counts.items():
             stored = self.counts.getValue((start,)) if self.counts.containsKey((start,)) else None
@@ -134,15 +221,18 @@ class WindowedCounts(StatefulProcessor):
         out: list[tuple[str, str, str | None]] = []
         if self.late_topic is not None:
             for row, start in zip(late_rows.tolist(), late_starts.tolist(), strict=True):
-                event = {field: _plain(batch.at[row, field]) for field in self.event_fields}
-                event["reason"] = late_reason(start, start + self.size_ms, watermark)
-                out.append(
-                    (
-                        self.late_topic,
-                        dumps({self.late_key_field: event[self.late_key_field]}),
-                        dumps(event),
+                reason = late_reason(start, start + self.size_ms, watermark)
+                with pa.ipc.open_stream(batch.at[row, PANE_ROWS]) as reader:
+                    events = reader.read_all().to_pylist()
+                for event in events:
+                    event["reason"] = reason
+                    out.append(
+                        (
+                            self.late_topic,
+                            dumps({self.late_key_field: event[self.late_key_field]}),
+                            dumps(event),
+                        )
                     )
-                )
         yield _rows(out)
 
     def handleExpiredTimer(
@@ -232,8 +322,18 @@ def _plain(value: Any) -> Any:
 
 
 def windowed_counts(events: DataFrame, processor: WindowedCounts) -> DataFrame:
-    """Apply :class:`WindowedCounts` (events need a watermark: :func:`with_event_time`)."""
-    return events.groupBy(*processor.key_fields).transformWithStateInPandas(
+    """Apply :class:`WindowedCounts` (events need a watermark: :func:`with_event_time`),
+    counting per pane before the shuffle (module docstring)."""
+    pane_schema = StructType(
+        [
+            *(events.schema[name] for name in processor.key_fields),
+            StructField(PANE_START, LongType(), False),
+            StructField(PANE_EVENTS, LongType(), False),
+            StructField(PANE_ROWS, BinaryType(), False),
+        ]
+    )
+    panes = events.mapInArrow(processor.pane_counter(), pane_schema)
+    return panes.groupBy(*processor.key_fields).transformWithStateInPandas(
         processor, OUTPUT_SCHEMA, "append", "EventTime"
     )
 

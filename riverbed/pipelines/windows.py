@@ -7,6 +7,9 @@ its stateful processors, and the tests call them directly.
 - **Tumbling and hopping windows.** A window of ``size`` every ``slide`` (tumbling when
   ``slide == size``) starts at the multiples of ``slide``; an event belongs to every window
   ``[start, start + size)`` that contains its time (``size / slide`` of them).
+- **Panes.** The slide-aligned intervals ``[k * slide, (k + 1) * slide)``: every event of
+  a pane belongs to the same windows, so events can be counted per pane before the shuffle
+  and the counts added to windows afterwards (:func:`pane_start`).
 - **Lateness.** A window is complete, and its result final, once the watermark has reached
   its end: the operator emits it then. An event that arrives for a window whose end is at
   or below the watermark is *late*: it can no longer be counted, so it goes to the late
@@ -32,6 +35,7 @@ __all__ = [
     "counts_by_window",
     "late_reason",
     "merge_sessions",
+    "pane_start",
     "window_starts",
     "windows_of",
 ]
@@ -54,12 +58,17 @@ def windows_of(ts: int, size_ms: int, slide_ms: int) -> list[tuple[int, int]]:
     ]
 
 
+def pane_start(ts: Int64Array, slide_ms: int) -> Int64Array:
+    """The start of the pane (module docstring) of each event time."""
+    return ts - np.mod(ts, slide_ms)
+
+
 def window_starts(ts: Int64Array, size_ms: int, slide_ms: int) -> tuple[Int64Array, Int64Array]:
     """Vectorised :func:`windows_of`: (row index, window start) for every (event, window)
     pair, earliest window first per event."""
     _check(size_ms, slide_ms)
     per_event = size_ms // slide_ms
-    last = ts - np.mod(ts, slide_ms)
+    last = pane_start(ts, slide_ms)
     rows = np.repeat(np.arange(len(ts), dtype=np.int64), per_event)
     offsets = np.tile(np.arange(per_event - 1, -1, -1, dtype=np.int64) * slide_ms, len(ts))
     return rows, np.repeat(last, per_event) - offsets
@@ -114,12 +123,19 @@ def closed_sessions(
 
 
 def counts_by_window(
-    ts: Int64Array, size_ms: int, slide_ms: int, watermark_ms: int
+    ts: Int64Array,
+    size_ms: int,
+    slide_ms: int,
+    watermark_ms: int,
+    weights: Int64Array | None = None,
 ) -> tuple[Mapping[int, int], Int64Array, Int64Array]:
     """For a batch of event times: the count per open window start, and the (row, window
-    start) pairs that are late."""
+    start) pairs that are late. With ``weights``, row ``i`` stands for ``weights[i]`` events
+    at ``ts[i]`` (a pane of pre-counted events: every event of a pane has the same windows)."""
     rows, starts = window_starts(ts, size_ms, slide_ms)
     late = starts + size_ms <= watermark_ms
     on_time = starts[~late]
-    values, counts = np.unique(on_time, return_counts=True)
+    values, inverse = np.unique(on_time, return_inverse=True)
+    row_weights = None if weights is None else weights[rows[~late]]
+    counts = np.bincount(inverse, weights=row_weights, minlength=len(values)).astype(np.int64)
     return dict(zip(values.tolist(), counts.tolist(), strict=True)), rows[late], starts[late]

@@ -108,3 +108,20 @@ def test_closed_sessions_are_those_the_watermark_passed_by_the_gap() -> None:
     sessions = [Session(0, 10, 2), Session(50, 70, 3)]
     assert closed_sessions(sessions, 40, 30) == ([Session(0, 10, 2)], [Session(50, 70, 3)])
     assert closed_sessions(sessions, 39, 30) == ([], sessions)
+
+
+@given(
+    panes=st.lists(st.tuples(st.integers(-2000, 2000), st.integers(1, 5)), max_size=20),
+    watermark=st.integers(-2000, 3000),
+)
+def test_counts_with_weights_equal_the_counts_of_the_repeated_events(
+    panes: list[tuple[int, int]], watermark: int
+) -> None:
+    ts = np.array([t - t % 500 for t, _ in panes], dtype=np.int64)
+    weights = np.array([w for _, w in panes], dtype=np.int64)
+    counts, late_rows, late_starts = counts_by_window(ts, 1000, 500, watermark, weights)
+    repeated, _, _ = counts_by_window(np.repeat(ts, weights), 1000, 500, watermark)
+    assert counts == repeated
+    _, plain_rows, plain_starts = counts_by_window(ts, 1000, 500, watermark)
+    assert late_rows.tolist() == plain_rows.tolist()
+    assert late_starts.tolist() == plain_starts.tolist()
