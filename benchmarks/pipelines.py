@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/pipelines.py [--events 2000000] [--repeat 3] [--warmup 1]
         [--max-offsets 250000] [--latency-seconds 360] [--rate 2000] [--trigger-ms 1000]
-        [--quick] [--only throughput latency]
+        [--quick] [--only throughput latency] [--conf KEY=VALUE ...]
 
 About 10 minutes with the defaults; ``--quick`` (a smoke run) about 5.
 
@@ -552,7 +552,15 @@ def main() -> None:
     parser.add_argument(
         "--only", nargs="+", choices=["throughput", "latency"], default=["throughput", "latency"]
     )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an extra Spark setting (repeatable)",
+    )
     args = parser.parse_args()
+    extra = dict(setting.partition("=")[::2] for setting in args.conf)
     if args.quick:
         for name, value in QUICK.items():
             setattr(args, name, value)
@@ -561,7 +569,7 @@ def main() -> None:
         root = Path(tmp)
         process, bootstrap = start_broker(root / "data")
         spark = riverbed.spark.session(
-            "benchmark", master="local[2]", log_level="ERROR", config=SPARK_CONFIG
+            "benchmark", master="local[2]", log_level="ERROR", config={**SPARK_CONFIG, **extra}
         )
         print(f"Spark {spark.version}, local[2]", flush=True)
         try:
