@@ -1,0 +1,431 @@
+"""Complex event processing: patterns over one key's events, matched in event-time order.
+
+The pure logic of a CEP operator in the manner of Flink CEP, for a Spark stateful processor
+(``transformWithStateInPandas``) grouped by key (a card, a user): per key it is given the
+key's new events in arrival order and the watermark, and it keeps its state as one string.
+Nothing here knows Spark or pandas; the tests call it directly.
+
+**Events** are JSON objects (``dict``) with an integer ``ts``, epoch ms. Their *event-time
+order* is ``(ts, event[tiebreak_field])``, the tie-break field being the caller's (a payment
+id), so that the order, and so the matches, do not depend on the arrival order; events equal
+in both are ordered by their JSON text. Events are kept in the state as they are, so they
+must be JSON-encodable.
+
+**Patterns.** A :class:`Pattern` is a sequence of steps (:class:`Step`), each a name, a
+condition (a predicate on an event; it must be deterministic) and a quantifier: once (the
+default), :func:`times`, :func:`at_least` or :func:`between`; every step takes at least one
+event. A *match* is a sequence of events, in event-time order, split in order among the
+steps, each step getting a number of events its quantifier allows and each event satisfying
+its step's condition, such that
+
+- with ``Contiguity.STRICT`` ("next"), no other event of the key comes between two events of
+  the match; with ``Contiguity.RELAXED`` ("followed by"), events in between are skipped;
+- the last event is at most ``within_ms`` after the first (``last.ts - first.ts <=
+  within_ms``; ``within_ms`` is required, it is what bounds the state).
+
+The last step must have a fixed count (once or ``times(n)``): a match is emitted by its last
+event and cannot wait for more, so write ``times(3)``, not ``at_least(3)``, at the end.
+
+**Which match, and when.** When the :class:`Matcher` is fed an event that can end a match
+and matches ending with it exist, it emits one: the one with the earliest first event (the
+longest one within ``within_ms``: the oldest events of a looping first step drop out of the
+front as time passes). Among those with the same first event, quantifiers are greedy: at the
+first event where two candidates differ, the one that puts that event in a step wins over
+one that skips it, and the one that puts it in the earlier step (a looping step taking one
+more) wins over the one that moves on. After a match, matching restarts after its last
+event: no event up to it becomes part of a later match (as Flink's ``SKIP_PAST_LAST_EVENT``).
+
+**Expiry.** The matcher holds the events that may still become part of a match: those since
+the last match (strict: since the last event that satisfies no step's condition; relaxed:
+only events that satisfy one), at most ``within_ms`` older than the newest event fed. The
+events fed next are not older than the watermark ``W``, so no held event older than
+``W - within_ms`` can be in a future match: :meth:`Matcher.expire` drops them, and
+:meth:`Matcher.next_expiry_ms` says for which watermark to call it next (a timer).
+
+**Order and lateness.** An :class:`EventTimeBuffer` holds events until the watermark has
+passed them (``ts < watermark``: an event at the watermark may still be followed by one with
+the same ``ts`` and a smaller tie-break) and then releases them in event-time order. An event
+that arrives with ``ts`` below the watermark is *late*: it is returned apart, for the caller
+to send to a side output; it is never fed to the matcher. :class:`OrderedMatcher` is the two
+together, the whole state of one key.
+
+**State.** ``to_state()`` is a JSON string, ``{"v": 1, ...}``; ``from_state`` reads it back
+given the same configuration. It holds events and times only: the pattern is code, given
+again to ``from_state``, so a changed condition applies to the held events after a restart.
+
+Errors: ``ValueError`` for a malformed pattern, an event without an integer ``ts``, events
+fed to a :class:`Matcher` out of event-time order, and a state this version cannot read.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+__all__ = [
+    "ONCE",
+    "Contiguity",
+    "Event",
+    "EventTimeBuffer",
+    "Match",
+    "Matched",
+    "Matcher",
+    "OrderedMatcher",
+    "Pattern",
+    "Quantifier",
+    "Released",
+    "Step",
+    "at_least",
+    "between",
+    "times",
+]
+
+Event = dict[str, Any]
+Match = dict[str, list[Event]]
+"""A completed match: each step's name and its events, in event-time order."""
+Condition = Callable[[Mapping[str, Any]], bool]
+
+STATE_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Quantifier:
+    """How many consecutive events of the match a step takes: ``min_count`` to
+    ``max_count`` (``None``: no limit)."""
+
+    min_count: int
+    max_count: int | None
+
+    def __post_init__(self) -> None:
+        if self.min_count < 1 or (self.max_count is not None and self.max_count < self.min_count):
+            raise ValueError(f"a step takes from {self.min_count} to {self.max_count} events: "
+                             "at least 1, and no more than the maximum")  # fmt: skip
+
+
+def times(n: int) -> Quantifier:
+    """Exactly ``n`` events."""
+    return Quantifier(min_count=n, max_count=n)
+
+
+def at_least(n: int) -> Quantifier:
+    """``n`` or more events (greedy)."""
+    return Quantifier(min_count=n, max_count=None)
+
+
+def between(n: int, m: int) -> Quantifier:
+    """From ``n`` to ``m`` events (greedy)."""
+    return Quantifier(min_count=n, max_count=m)
+
+
+ONCE = times(1)
+
+
+class Contiguity(Enum):
+    STRICT = "next"
+    """No other event of the key between two events of a match."""
+    RELAXED = "followed_by"
+    """Events between two events of a match are skipped."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Step:
+    name: str
+    condition: Condition
+    quantifier: Quantifier = ONCE
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pattern:
+    steps: tuple[Step, ...]
+    contiguity: Contiguity
+    within_ms: int
+
+    def __post_init__(self) -> None:
+        names = [step.name for step in self.steps]
+        if not names or len(set(names)) != len(names):
+            raise ValueError(f"a pattern needs one or more steps with distinct names: {names}")
+        last = self.steps[-1].quantifier
+        if last.max_count != last.min_count:
+            raise ValueError(f"the last step ({names[-1]!r}) must take a fixed number of events: "
+                             "a match is emitted by its last event")  # fmt: skip
+        if self.within_ms < 0:
+            raise ValueError(f"within_ms must not be negative, not {self.within_ms}")
+
+
+def _ts(event: Mapping[str, Any]) -> int:
+    ts = event.get("ts")
+    if not isinstance(ts, int) or isinstance(ts, bool):
+        raise ValueError(f"an event needs an integer ts (epoch ms), not {ts!r}: {event!r}")
+    return ts
+
+
+def _encode(value: dict[str, Any]) -> str:
+    return json.dumps({"v": STATE_VERSION, **value}, separators=(",", ":"), ensure_ascii=False)
+
+
+def _decode(state: str) -> dict[str, Any]:
+    value = json.loads(state)
+    if not isinstance(value, dict) or value.get("v") != STATE_VERSION:
+        raise ValueError(f"not a version {STATE_VERSION} CEP state: {state[:100]!r}")
+    return value
+
+
+_State = tuple[int, int]
+"""A partial match while the matcher searches: (step, events in it), the count capped at the
+step's maximum, or at its minimum when unbounded (beyond it, more make no difference)."""
+
+
+class Matcher:
+    """Matches a pattern in one key's events, fed in event-time order (module docstring).
+
+    State: ``{"v": 1, "frontier_ms": ..., "events": [...]}``, the held events, oldest first,
+    and the event time below which no event may be fed any more (the latest event fed, or
+    the watermark given to :meth:`expire`).
+
+    Cost: conditions are evaluated once per event fed (and per held event when the state is
+    loaded); an event that satisfies the last step's condition takes a search over the held
+    events, in time proportional to their number times the steps' counts (the maximum, or
+    the minimum when unbounded)."""
+
+    def __init__(self, pattern: Pattern) -> None:
+        self.pattern = pattern
+        self._held: list[tuple[Event, int]] = []  # each event and the bit mask of its steps
+        self._frontier_ms: int | None = None
+
+    def __len__(self) -> int:
+        """The number of events held."""
+        return len(self._held)
+
+    def feed(self, events: Iterable[Mapping[str, Any]]) -> list[Match]:
+        """The matches that the events complete, at most one per event; the events must come
+        in event-time order, none older than the frontier (class docstring)."""
+        matches = []
+        for event in events:
+            match = self._feed_one(dict(event))
+            if match is not None:
+                matches.append(match)
+        return matches
+
+    def expire(self, watermark_ms: int) -> None:
+        """Drop the held events that can no longer be part of a match, no event older than
+        ``watermark_ms`` being fed from now on."""
+        if self._frontier_ms is None or watermark_ms > self._frontier_ms:
+            self._frontier_ms = watermark_ms
+        self._drop_before(watermark_ms - self.pattern.within_ms)
+
+    def next_expiry_ms(self) -> int | None:
+        """The watermark from which :meth:`expire` drops an event held now (``None``: none
+        held): the time of an event-time timer."""
+        return _ts(self._held[0][0]) + self.pattern.within_ms + 1 if self._held else None
+
+    def to_state(self) -> str:
+        return _encode(self._dump())
+
+    @classmethod
+    def from_state(cls, state: str, *, pattern: Pattern) -> Matcher:
+        return cls._load(_decode(state), pattern)
+
+    def _dump(self) -> dict[str, Any]:
+        return {"frontier_ms": self._frontier_ms, "events": [e for e, _ in self._held]}
+
+    @classmethod
+    def _load(cls, value: Mapping[str, Any], pattern: Pattern) -> Matcher:
+        matcher = cls(pattern)
+        frontier = value["frontier_ms"]
+        matcher._frontier_ms = None if frontier is None else int(frontier)
+        matcher._held = [(dict(e), matcher._mask(e)) for e in value["events"]]
+        return matcher
+
+    def _mask(self, event: Mapping[str, Any]) -> int:
+        return sum(1 << i for i, step in enumerate(self.pattern.steps) if step.condition(event))
+
+    def _drop_before(self, ts: int) -> None:
+        kept = 0
+        while kept < len(self._held) and _ts(self._held[kept][0]) < ts:
+            kept += 1
+        del self._held[:kept]
+
+    def _feed_one(self, event: Event) -> Match | None:
+        ts = _ts(event)
+        if self._frontier_ms is not None and ts < self._frontier_ms:
+            raise ValueError(f"events must be fed in event-time order: ts {ts} after "
+                             f"{self._frontier_ms}")  # fmt: skip
+        self._frontier_ms = ts
+        self._drop_before(ts - self.pattern.within_ms)
+        mask = self._mask(event)
+        if not mask:
+            if self.pattern.contiguity is Contiguity.STRICT:
+                self._held.clear()  # no strict match spans this event
+            return None
+        self._held.append((event, mask))
+        if not mask >> (len(self.pattern.steps) - 1) & 1:
+            return None
+        match = self._best_match()
+        if match is not None:
+            self._held.clear()  # skip past the last event
+        return match
+
+    def _best_match(self) -> Match | None:
+        """The match ending with the last held event that the module docstring prefers.
+
+        Backwards over the held events, ``can_end[j]`` is the set of states from which the
+        events ``j..n-1`` can complete a match ending with event ``n - 1``; then the earliest
+        start whose state can end, and forwards the first move, in order of preference,
+        that still can: one pass each way, instead of trying every start and every path."""
+        steps = self.pattern.steps
+        last = len(steps) - 1
+        masks = [mask for _, mask in self._held]
+        n = len(masks)
+        relaxed = self.pattern.contiguity is Contiguity.RELAXED
+        caps = [
+            s.quantifier.min_count if s.quantifier.max_count is None else s.quantifier.max_count
+            for s in steps
+        ]
+        states = [(i, k) for i in range(len(steps)) for k in range(1, caps[i] + 1)]
+
+        def moves(state: _State, j: int) -> list[tuple[_State, int | None]]:
+            """The next states after event ``j`` and the step it joins (``None``: skipped),
+            preferred first: take it in this step, move on to the next one, skip it."""
+            i, k = state
+            quantifier = steps[i].quantifier
+            out: list[tuple[_State, int | None]] = []
+            if masks[j] >> i & 1 and (quantifier.max_count is None or k < quantifier.max_count):
+                out.append(((i, min(k + 1, caps[i])), i))
+            if k >= quantifier.min_count and i < last and masks[j] >> (i + 1) & 1:
+                out.append(((i + 1, 1), i + 1))
+            if relaxed and j < n - 1:  # the last event ends the match: not skipped
+                out.append((state, None))
+            return out
+
+        can_end: list[set[_State]] = [set() for _ in range(n)] + [{(last, caps[last])}]
+        for j in range(n - 1, 0, -1):
+            can_end[j] = {s for s in states if any(t in can_end[j + 1] for t, _ in moves(s, j))}
+        start = next((s for s in range(n) if masks[s] & 1 and (0, 1) in can_end[s + 1]), None)
+        if start is None:
+            return None
+        match: Match = {step.name: [] for step in steps}
+        match[steps[0].name].append(self._held[start][0])
+        state: _State = (0, 1)
+        for j in range(start + 1, n):
+            state, joined = next((t, i) for t, i in moves(state, j) if t in can_end[j + 1])
+            if joined is not None:
+                match[steps[joined].name].append(self._held[j][0])
+        return match
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Released:
+    events: list[Event]
+    """The events the watermark has passed, in event-time order."""
+    late: list[Event]
+    """The events that arrived below the watermark, in arrival order."""
+
+
+class EventTimeBuffer:
+    """Holds one key's events until the watermark passes them (module docstring).
+
+    State: ``{"v": 1, "watermark_ms": ..., "events": [...]}``, the events held, in
+    event-time order, and the highest watermark seen."""
+
+    def __init__(self, *, tiebreak_field: str) -> None:
+        self.tiebreak_field = tiebreak_field
+        self.watermark_ms: int | None = None
+        self._held: list[Event] = []
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def order(self, event: Mapping[str, Any]) -> tuple[int, Any, str]:
+        """The sort key of the event-time order."""
+        canonical = json.dumps(event, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return _ts(event), event[self.tiebreak_field], canonical
+
+    def advance(self, events: Iterable[Mapping[str, Any]], *, watermark_ms: int) -> Released:
+        """Add ``events``, arrived while the watermark is ``watermark_ms`` (a lower one than
+        before is ignored), and release those it has passed."""
+        if self.watermark_ms is None or watermark_ms > self.watermark_ms:
+            self.watermark_ms = watermark_ms
+        late = []
+        for event in events:
+            if _ts(event) < self.watermark_ms:
+                late.append(dict(event))
+            else:
+                bisect.insort(self._held, dict(event), key=self.order)
+        passed = 0
+        while passed < len(self._held) and _ts(self._held[passed]) < self.watermark_ms:
+            passed += 1
+        released, self._held = self._held[:passed], self._held[passed:]
+        return Released(events=released, late=late)
+
+    def next_release_ms(self) -> int | None:
+        """The watermark from which :meth:`advance` releases an event held now (``None``:
+        none held): the time of an event-time timer."""
+        return _ts(self._held[0]) + 1 if self._held else None
+
+    def to_state(self) -> str:
+        return _encode(self._dump())
+
+    @classmethod
+    def from_state(cls, state: str, *, tiebreak_field: str) -> EventTimeBuffer:
+        return cls._load(_decode(state), tiebreak_field)
+
+    def _dump(self) -> dict[str, Any]:
+        return {"watermark_ms": self.watermark_ms, "events": self._held}
+
+    @classmethod
+    def _load(cls, value: Mapping[str, Any], tiebreak_field: str) -> EventTimeBuffer:
+        buffer = cls(tiebreak_field=tiebreak_field)
+        watermark = value["watermark_ms"]
+        buffer.watermark_ms = None if watermark is None else int(watermark)
+        buffer._held = sorted((dict(e) for e in value["events"]), key=buffer.order)
+        return buffer
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Matched:
+    matches: list[Match]
+    """The matches completed, in the event-time order of their last events."""
+    late: list[Event]
+    """The events that arrived below the watermark (not matched), in arrival order."""
+
+
+class OrderedMatcher:
+    """The whole CEP state of one key: an :class:`EventTimeBuffer` in front of a
+    :class:`Matcher`. In a Spark stateful processor, call :meth:`advance` with the key's
+    rows and the current watermark for each micro-batch, and with no events when the timer
+    at :meth:`next_timer_ms` fires; store :meth:`to_state` after each call.
+
+    State: ``{"v": 1, "buffer": {...}, "matcher": {...}}`` (the two classes' states)."""
+
+    def __init__(self, pattern: Pattern, *, tiebreak_field: str) -> None:
+        self.buffer = EventTimeBuffer(tiebreak_field=tiebreak_field)
+        self.matcher = Matcher(pattern)
+
+    def advance(self, events: Iterable[Mapping[str, Any]], *, watermark_ms: int) -> Matched:
+        """Add ``events`` that arrived while the watermark is ``watermark_ms``; match those
+        the watermark has passed, and expire what can no longer match."""
+        released = self.buffer.advance(events, watermark_ms=watermark_ms)
+        matches = self.matcher.feed(released.events)
+        self.matcher.expire(watermark_ms)
+        return Matched(matches=matches, late=released.late)
+
+    def next_timer_ms(self) -> int | None:
+        """The watermark at which to call :meth:`advance` again even without events (to
+        release held events or expire partial matches); ``None``: no timer needed."""
+        timers = [self.buffer.next_release_ms(), self.matcher.next_expiry_ms()]
+        return min((t for t in timers if t is not None), default=None)
+
+    def to_state(self) -> str:
+        return _encode({"buffer": self.buffer._dump(), "matcher": self.matcher._dump()})
+
+    @classmethod
+    def from_state(cls, state: str, *, pattern: Pattern, tiebreak_field: str) -> OrderedMatcher:
+        value = _decode(state)
+        ordered = cls(pattern, tiebreak_field=tiebreak_field)
+        ordered.buffer = EventTimeBuffer._load(value["buffer"], tiebreak_field)
+        ordered.matcher = Matcher._load(value["matcher"], pattern)
+        return ordered
