@@ -22,7 +22,7 @@ from typing import Any
 import psycopg2
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from tests.cdc.postgres import PostgresCluster
+from riverbed.local_postgres import PostgresCluster
 
 
 @contextmanager

@@ -8,7 +8,7 @@ from typing import Any
 import psycopg2
 import pytest
 
-from tests.cdc.postgres import PostgresCluster
+from riverbed.local_postgres import PostgresCluster
 
 
 @pytest.fixture(scope="session")

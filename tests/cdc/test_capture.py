@@ -13,6 +13,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, ConfigResource
 
+from riverbed.local_postgres import PostgresCluster
 from tests.cdc.capture_support import (
     Capture,
     Change,
@@ -27,7 +28,6 @@ from tests.cdc.capture_support import (
     table_rows,
     wait_for_changes,
 )
-from tests.cdc.postgres import PostgresCluster
 from tests.conftest import BrokerProcess
 
 COUNTERS = "shop.public.counters"

@@ -14,7 +14,7 @@ from riverbed.cdc.catalog import (
     inspect_tables,
     parse_table_name,
 )
-from tests.cdc.postgres import PostgresCluster
+from riverbed.local_postgres import PostgresCluster
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from riverbed.local_postgres import PostgresCluster
 from tests.cdc.capture_support import Capture, database, read_topic, run_capture, sql
-from tests.cdc.postgres import PostgresCluster
 from tests.conftest import BrokerProcess
 
 

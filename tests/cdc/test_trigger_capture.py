@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from riverbed.local_postgres import PostgresCluster
 from tests.cdc.capture_support import (
     Capture,
     Change,
@@ -23,7 +24,6 @@ from tests.cdc.capture_support import (
     table_rows,
     wait_for_changes,
 )
-from tests.cdc.postgres import PostgresCluster
 from tests.conftest import BrokerProcess
 
 

@@ -16,7 +16,7 @@ from riverbed.cdc.catalog import TableInfo
 from riverbed.cdc.envelope import Json
 from riverbed.cdc.snapshot import copy_tables
 from riverbed.cdc.trigger import TriggerConfig, _Drain, parse_record
-from tests.cdc.postgres import PostgresCluster
+from riverbed.local_postgres import PostgresCluster
 
 AWKWARD: list[str | None] = [
     "plain",

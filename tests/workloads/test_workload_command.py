@@ -19,10 +19,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from riverbed.cli import workload_command
+from riverbed.local_postgres import PostgresCluster
 from riverbed.workloads.oltp import PRIMARY_KEYS, SCHEMAS, OpKind, operations
 from riverbed.workloads.shop import TOPICS, ShopConfig, events
 from tests.cdc.capture_support import database
-from tests.cdc.postgres import PostgresCluster
 from tests.conftest import BrokerProcess
 
 START_MS = 1_767_225_600_000

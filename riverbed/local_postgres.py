@@ -1,10 +1,11 @@
-"""A private PostgreSQL cluster for the tests: ``initdb`` + ``pg_ctl`` with
-``wal_level=logical``, on 127.0.0.1 and a free port, in a temporary directory.
+"""A private PostgreSQL cluster for the tests, the benchmarks and ``make demo``: ``initdb`` +
+``pg_ctl`` with ``wal_level=logical``, on 127.0.0.1 and a free port, in a temporary
+directory.
 
 PostgreSQL refuses to run as root, so as root the server programs run as the ``postgres``
 user (``runuser -u postgres --``) in a directory that user owns; as any other user they run
 directly. The cluster trusts local connections (it listens on loopback only and lives as
-long as the test session).
+long as the test session or the demo). It is throwaway: ``fsync`` is off.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ SERVER_SETTINGS = {
     "max_replication_slots": "16",
     "max_wal_senders": "16",
     "listen_addresses": "'127.0.0.1'",
-    "fsync": "off",  # a throwaway test cluster: durability of the database is not tested
+    "fsync": "off",  # a throwaway cluster: the database's own durability is not what is shown
     "synchronous_commit": "off",
     "full_page_writes": "off",
 }
