@@ -56,10 +56,12 @@ from riverbed.pipelines.windows import (
 )
 
 __all__ = [
+    "NO_OUTPUT",
     "OUTPUT_SCHEMA",
     "SessionWindows",
     "WindowedCounts",
     "count_panes",
+    "output_rows",
     "sessions",
     "windowed_counts",
     "with_event_time",
@@ -72,7 +74,7 @@ OUTPUT_SCHEMA = StructType(
         StructField("value", StringType(), True),
     ]
 )
-_EMPTY = pd.DataFrame(
+NO_OUTPUT = pd.DataFrame(
     {"topic": pd.Series(dtype=str), "key": pd.Series(dtype=str), "value": pd.Series(dtype=str)}
 )
 
@@ -91,9 +93,10 @@ def with_event_time(events: DataFrame, delay: str, ts_column: str = "ts") -> Dat
     )
 
 
-def _rows(rows: list[tuple[str, str, str | None]]) -> pd.DataFrame:
+def output_rows(rows: Sequence[tuple[str, str, str | None]]) -> pd.DataFrame:
+    """(topic, key, value) rows as a stateful processor's output (:data:`OUTPUT_SCHEMA`)."""
     if not rows:
-        return _EMPTY
+        return NO_OUTPUT
     return pd.DataFrame(rows, columns=["topic", "key", "value"])
 
 
@@ -233,7 +236,7 @@ class WindowedCounts(StatefulProcessor):
                             dumps(event),
                         )
                     )
-        yield _rows(out)
+        yield output_rows(out)
 
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
@@ -242,14 +245,14 @@ class WindowedCounts(StatefulProcessor):
         start = end - self.size_ms
         stored = self.counts.getValue((start,)) if self.counts.containsKey((start,)) else None
         if stored is None:
-            yield _EMPTY
+            yield NO_OUTPUT
             return
         count = int(stored[0])
         self.counts.removeKey((start,))
         group = dict(zip(self.key_fields, (_plain(k) for k in key), strict=True))
         result_key = {"window_start": start, **group}
         value = {"window_start": start, "window_end": end, **group, self.count_field: int(count)}
-        yield _rows([(self.topic, dumps(result_key), dumps(value))])
+        yield output_rows([(self.topic, dumps(result_key), dumps(value))])
 
     def close(self) -> None:
         pass
@@ -284,7 +287,7 @@ class SessionWindows(StatefulProcessor):
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
         if key[0] is None:
-            yield _EMPTY  # page views without a user have no session
+            yield NO_OUTPUT  # page views without a user have no session
             return
         watermark = timerValues.getCurrentWatermarkInMs()
         ts = np.concatenate([df["ts"].dropna().to_numpy(dtype=np.int64) for df in rows])
@@ -292,7 +295,7 @@ class SessionWindows(StatefulProcessor):
         if on_time:
             before = self._load()
             self._save(before, merge_sessions(before, on_time, self.gap_ms))
-        yield _EMPTY
+        yield NO_OUTPUT
 
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
@@ -310,7 +313,7 @@ class SessionWindows(StatefulProcessor):
                 self.count_field: session.events,
             }
             out.append((self.topic, dumps(result_key), dumps(value)))
-        yield _rows(out)
+        yield output_rows(out)
 
     def close(self) -> None:
         pass
