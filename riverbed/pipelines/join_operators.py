@@ -1,0 +1,380 @@
+"""An aggregate kept up to date over the inner join of two CDC changelogs, on Spark's stateful
+streaming: the three stages of :mod:`riverbed.pipelines.joins` as three chained
+``transformWithStateInPandas`` operators of one query (``timeMode="None"``, append mode).
+
+:func:`join_aggregate` wires them; its inputs are two :func:`riverbed.pipelines.inputs.changes`
+DataFrames (the left table's, e.g. orders, and the right table's, e.g. products), its output
+the rows for the riverbed sink (``topic``, ``key``, ``value``; ``value`` null for a
+tombstone):
+
+0. :class:`RouteLeftRows`, grouped by the left table's key column (``order_id``): applies the
+   batch's changes of the left row, sorted by ``(partition, offset)``, and emits
+   :class:`~riverbed.pipelines.joins.LeftRow` s (``join_key_json``, ``left_key``,
+   ``left_row``, the row's columns as JSON or null for a retraction).
+1. :class:`JoinKeyStage`, grouped by the join key (``product_id``), over the union of the
+   right table's changes and stage 0's rows: emits
+   :class:`~riverbed.pipelines.joins.GroupContribution` s (``group_json``,
+   ``join_key_json``, ``rows``, ``sums`` as a JSON array).
+2. :class:`GroupStage`, grouped by ``group_json`` (the category): the group's total, written
+   as the group's output row, or a tombstone once nothing is left in it.
+
+**Routing.** Stage 1 groups the right table's changes by the join-key column of their record
+key (``get_json_object(key, '$.product_id')``, as :func:`~riverbed.pipelines.inputs.changes`
+gives it) and stage 0's rows by the same function of their join key
+(:func:`_routing`), so both sides of a join key meet in one group whatever its JSON type.
+Within a group, states are told apart by the canonical JSON text of their key
+(:func:`~riverbed.pipelines.changelog.json_text`): ``5`` and ``"5"`` route to one group but
+are different keys, as they are in SQL.
+
+**State** (RocksDB, checkpointed with the query): one ValueState per grouping key, one JSON
+string: stage 0, ``{left key: RowState}``; stage 1, ``{join key: JoinKeyState}``; stage 2,
+the GroupState (cleared when the group is empty). Stages 0 and 1 keep the state of a
+deleted row (its position, a few bytes) so that replayed changes stay ignored. No timers,
+no watermark: nothing expires, and no input is ever late (a change applies whenever it
+arrives, in log order per key).
+
+**Exactly once.** Each stage emits the net effect of its batch: at most one row per (join
+key, left key) from stage 0, per (group, join key) from stage 1 and per group from stage 2,
+so the next stage may see them in any order. Spark replays a failed batch from the
+checkpointed state, so a restart after a kill -9 changes no final value.
+
+**Left out:** records that :func:`~riverbed.pipelines.changelog.parse_change` rejects, and
+truncates (``op: t``, keyed ``{}``: their group key is null). A truncate would have to
+reach every key's state; a truncated table's rows stay in the result until their next
+change.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.stateful_processor import (
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from riverbed.pipelines.changelog import (
+    Change,
+    Json,
+    MalformedChange,
+    RowState,
+    json_text,
+    parse_change,
+)
+from riverbed.pipelines.joins import (
+    Contribution,
+    GroupContribution,
+    GroupState,
+    JoinKeyState,
+    JoinSpec,
+    LeftRow,
+    route_left,
+)
+from riverbed.pipelines.operators import OUTPUT_SCHEMA, dumps
+
+__all__ = [
+    "CONTRIBUTIONS_SCHEMA",
+    "LEFT_ROWS_SCHEMA",
+    "GroupStage",
+    "JoinKeyStage",
+    "RouteLeftRows",
+    "join_aggregate",
+]
+
+JOIN_KEY = "join_key"
+"""Stage 1's grouping column: the join key as ``get_json_object`` gives it (:func:`_routing`)."""
+
+LEFT_ROWS_SCHEMA = StructType(
+    [
+        StructField("join_key_json", StringType(), False),
+        StructField("left_key", StringType(), False),
+        StructField("left_row", StringType(), True),
+    ]
+)
+"""Stage 0's output: a LeftRow (``left_row`` null: the left row left this join key)."""
+
+CONTRIBUTIONS_SCHEMA = StructType(
+    [
+        StructField("group_json", StringType(), False),
+        StructField("join_key_json", StringType(), False),
+        StructField("rows", LongType(), False),
+        StructField("sums", StringType(), False),
+    ]
+)
+"""Stage 1's output: a GroupContribution (``sums`` a JSON array of integers)."""
+
+_STATE_SCHEMA = "json STRING"
+
+
+def _empty(schema: StructType) -> pd.DataFrame:
+    return pd.DataFrame({f.name: pd.Series(dtype=object) for f in schema.fields})
+
+
+def _frame(rows: Sequence[tuple[Any, ...]], schema: StructType) -> pd.DataFrame:
+    if not rows:
+        return _empty(schema)
+    frame = pd.DataFrame(list(rows), columns=[f.name for f in schema.fields], dtype=object)
+    for f in schema.fields:
+        if isinstance(f.dataType, LongType):
+            frame[f.name] = frame[f.name].astype(np.int64)
+    return frame
+
+
+def _text(value: Any) -> str | None:
+    """A string cell of a pandas batch (nulls arrive as None or NaN)."""
+    return value if isinstance(value, str) else None
+
+
+def _changes(rows: Iterator[pd.DataFrame]) -> list[Change]:
+    """The batch's change records of one group, parsed, in log order; malformed ones left
+    out. Spark does not keep the order of a group's rows: sort by (partition, offset)."""
+    batch = pd.concat(list(rows), ignore_index=True)
+    batch = batch.sort_values(["partition", "offset"], kind="stable")
+    out = []
+    for key, value in zip(batch["key"].tolist(), batch["value"].tolist(), strict=True):
+        key_text, value_text = _text(key), _text(value)
+        if key_text is None:
+            continue
+        try:
+            out.append(
+                parse_change(key_text.encode(), None if value_text is None else value_text.encode())
+            )
+        except MalformedChange:
+            continue
+    return out
+
+
+def _by_key(changes: list[Change]) -> dict[str, list[Change]]:
+    """Changes by the canonical text of their record key, each list in log order."""
+    grouped: dict[str, list[Change]] = {}
+    for change in changes:
+        grouped.setdefault(json_text(change.key), []).append(change)
+    return grouped
+
+
+class _JsonValue:
+    """One ValueState holding a JSON string (the state of one grouping key)."""
+
+    def __init__(self, handle: StatefulProcessorHandle, name: str) -> None:
+        self._state = handle.getValueState(name, _STATE_SCHEMA)
+
+    def load(self) -> str | None:
+        stored = self._state.get() if self._state.exists() else None
+        return None if stored is None else str(stored[0])
+
+    def save(self, text: str) -> None:
+        self._state.update((text,))
+
+    def clear(self) -> None:
+        self._state.clear()
+
+
+class RouteLeftRows(StatefulProcessor):
+    """Stage 0, grouped by the left table's key column: the left rows' changes of the batch,
+    applied in log order (:func:`~riverbed.pipelines.joins.route_left`), as the LeftRows of
+    the join keys they touch (:data:`LEFT_ROWS_SCHEMA`). State: ``{left key: RowState}``.
+    Runs once per grouping key with input in each micro-batch, on an executor."""
+
+    def __init__(self, spec: JoinSpec) -> None:
+        self.spec = spec
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.state = _JsonValue(handle, "left")
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
+        changes = _changes(rows)
+        if key[0] is None or not changes:  # a truncate (keyed {}) or nothing valid
+            yield _empty(LEFT_ROWS_SCHEMA)
+            return
+        stored = json.loads(self.state.load() or "{}")
+        routed: list[LeftRow] = []
+        for name, own in _by_key(changes).items():
+            state = RowState.from_obj(stored[name]) if name in stored else RowState()
+            routed.extend(route_left(state, own, self.spec))
+            stored[name] = state.as_json()
+        self.state.save(dumps(stored))
+        out = [
+            (json_text(r.join_key), r.left_key, None if r.row is None else dumps(r.row))
+            for r in routed
+        ]
+        yield _frame(out, LEFT_ROWS_SCHEMA)
+
+    def close(self) -> None:
+        pass
+
+
+class JoinKeyStage(StatefulProcessor):
+    """Stage 1, grouped by :data:`JOIN_KEY`, over the union of the right table's change
+    records (``key``, ``value``, ``partition``, ``offset``) and stage 0's rows (``left_key``
+    set): :class:`~riverbed.pipelines.joins.JoinKeyState` per join key, emitting the
+    contributions that changed (:data:`CONTRIBUTIONS_SCHEMA`). State: ``{join key:
+    JoinKeyState}``. Runs once per join key with input in each micro-batch."""
+
+    def __init__(self, spec: JoinSpec) -> None:
+        self.spec = spec
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.state = _JsonValue(handle, "join_keys")
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
+        batch = pd.concat(list(rows), ignore_index=True)
+        if key[0] is None:  # a right record without the key column (a truncate)
+            yield _empty(CONTRIBUTIONS_SCHEMA)
+            return
+        is_left = batch["left_key"].map(lambda v: isinstance(v, str))
+        right: dict[str, list[Change]] = {}
+        for change in _changes(iter([batch[~is_left]])):
+            join_key = self.spec.right_key(change.key)
+            if join_key is not None:
+                right.setdefault(json_text(join_key), []).append(change)
+        left: dict[str, list[LeftRow]] = {}
+        for join_key_json, left_key, row in zip(
+            *(batch.loc[is_left, c].tolist() for c in ("join_key_json", "left_key", "left_row")),
+            strict=True,
+        ):
+            row_text = _text(row)
+            left.setdefault(join_key_json, []).append(
+                LeftRow(
+                    join_key=json.loads(join_key_json),
+                    left_key=left_key,
+                    row=None if row_text is None else json.loads(row_text),
+                )
+            )
+        if not right and not left:
+            yield _empty(CONTRIBUTIONS_SCHEMA)
+            return
+        stored = json.loads(self.state.load() or "{}")
+        out = []
+        for name in sorted(right.keys() | left.keys()):
+            state = _join_key_state(stored.get(name))
+            for c in state.apply(
+                json.loads(name), self.spec, right=right.get(name, ()), left=left.get(name, ())
+            ):
+                out.append(_contribution_row(c))
+            stored[name] = {"right": state.right.as_json(), "left": state.left}
+        self.state.save(dumps(stored))
+        yield _frame(out, CONTRIBUTIONS_SCHEMA)
+
+    def close(self) -> None:
+        pass
+
+
+def _join_key_state(obj: Json) -> JoinKeyState:
+    if obj is None:
+        return JoinKeyState()
+    return JoinKeyState(right=RowState.from_obj(obj["right"]), left=obj["left"])
+
+
+def _contribution_row(c: GroupContribution) -> tuple[str, str, int, str]:
+    return (
+        json_text(c.group),
+        json_text(c.join_key),
+        c.contribution.rows,
+        dumps(list(c.contribution.sums)),
+    )
+
+
+class GroupStage(StatefulProcessor):
+    """Stage 2, grouped by ``group_json``: adds the contributions of the join keys
+    (:class:`~riverbed.pipelines.joins.GroupState`) and writes the group's row to ``topic``,
+    keyed ``{group_field: group}``, when its total changed in the batch; a tombstone when
+    the group is left empty (its state is then cleared). Runs once per group with input in
+    each micro-batch."""
+
+    def __init__(self, spec: JoinSpec, *, topic: str) -> None:
+        self.spec, self.topic = spec, topic
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.state = _JsonValue(handle, "group")
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
+        batch = pd.concat(list(rows), ignore_index=True)
+        stored = self.state.load()
+        group_state = GroupState() if stored is None else GroupState.from_json(stored)
+        group = json.loads(_plain(key[0]))
+        contributions = [
+            GroupContribution(
+                group=group,
+                join_key=json.loads(join_key_json),
+                contribution=Contribution(int(n), tuple(json.loads(sums))),
+            )
+            for join_key_json, n, sums in zip(
+                batch["join_key_json"].tolist(),
+                batch["rows"].tolist(),
+                batch["sums"].tolist(),
+                strict=True,
+            )
+        ]
+        changed = group_state.apply(contributions)
+        if group_state.total is None:
+            self.state.clear()
+        else:
+            self.state.save(group_state.to_json())
+        if not changed:
+            yield _empty(OUTPUT_SCHEMA)
+            return
+        value = self.spec.output(group, group_state.total)
+        row = (
+            self.topic,
+            dumps({self.spec.group_field: group}),
+            None if value is None else dumps(value),
+        )
+        yield _frame([row], OUTPUT_SCHEMA)
+
+    def close(self) -> None:
+        pass
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python value JSON can encode."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _routing(json_column: Column) -> Column:
+    """The join key (a column of its JSON text) as ``get_json_object`` reads it from a
+    record key: the same function of the value as the right side's grouping column."""
+    return F.get_json_object(F.concat(F.lit('{"k":'), json_column, F.lit("}")), "$.k")
+
+
+def join_aggregate(
+    left: DataFrame,
+    right: DataFrame,
+    spec: JoinSpec,
+    *,
+    left_key_column: str,
+    right_key_column: str,
+    topic: str,
+) -> DataFrame:
+    """The aggregate of ``spec`` over ``left ⨝ right`` kept up to date, as sink rows for
+    ``topic`` (module docstring). ``left`` and ``right`` are
+    :func:`~riverbed.pipelines.inputs.changes` DataFrames with the key columns
+    ``left_key_column`` and ``right_key_column`` (the column ``spec.right_key`` reads)."""
+    left_rows = left.groupBy(left_key_column).transformWithStateInPandas(
+        RouteLeftRows(spec), LEFT_ROWS_SCHEMA, "append", "None"
+    )
+    stage1_input = right.select(
+        F.col(right_key_column).alias(JOIN_KEY), "key", "value", "partition", "offset"
+    ).unionByName(
+        left_rows.withColumn(JOIN_KEY, _routing(F.col("join_key_json"))),
+        allowMissingColumns=True,
+    )
+    contributions = stage1_input.groupBy(JOIN_KEY).transformWithStateInPandas(
+        JoinKeyStage(spec), CONTRIBUTIONS_SCHEMA, "append", "None"
+    )
+    return contributions.groupBy("group_json").transformWithStateInPandas(
+        GroupStage(spec, topic=topic), OUTPUT_SCHEMA, "append", "None"
+    )
