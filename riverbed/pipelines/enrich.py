@@ -1,0 +1,69 @@
+"""The ``enriched_clicks`` pipeline (DESIGN.md): each click with its user's profile as it was
+at the click's event time, from the ``shop.public.users`` changelog.
+
+A stream-table join, as of each click's ``ts``: the latest change of the user with
+``source.ts_ms <= ts``; a deleted or never-seen user gives nulls. The users table is kept as
+local state fed by its changelog, versioned by change time, and a profile change that
+arrives after the clicks it applies to corrects them: the click is written again, keyed by
+``click_id``, so the last value per key is the answer over every change
+(:mod:`riverbed.pipelines.temporal_join`).
+
+Retention: clicks and profile versions are kept for corrections until the watermark (2
+minutes behind the latest click or change time) is :data:`RETENTION_MS` past them. A click
+or a change that arrives later than that is still applied, and reported on
+``enriched_clicks_late`` (the click + ``reason``, keyed by ``click_id``; or the change,
+keyed by ``user_id`` and its position): such a click is not corrected afterwards, and its
+profile may be wrong when the history it needs was already discarded (the reason says so);
+such a change may leave older clicks uncorrected.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from riverbed.pipelines.inputs import WATERMARK_DELAY
+from riverbed.pipelines.temporal_join import AsOfJoin, as_of_join
+
+__all__ = ["CLICK", "LATE_TOPIC", "PROFILE_COLUMNS", "RETENTION_MS", "TOPIC", "build"]
+
+TOPIC = "enriched_clicks"
+LATE_TOPIC = "enriched_clicks_late"
+CLICKS_TOPIC = "clicks"
+USERS_TOPIC = "shop.public.users"
+RETENTION_MS = 60 * 60_000
+"""An hour: three times the latest straggler of the shop workload (``late_by_ms`` of 10
+minutes, stragglers up to twice that late), so every click of the workload is joined
+exactly and corrected by every late profile change within the hour."""
+PROFILE_COLUMNS = ("name", "country", "tier")
+
+CLICK = StructType(
+    [
+        StructField("click_id", StringType()),
+        StructField("search_id", StringType()),
+        StructField("user_id", StringType()),
+        StructField("product_id", StringType()),
+        StructField("ts", LongType()),
+    ]
+)
+
+
+def build(source: DataFrame) -> DataFrame:
+    """The pipeline's rows (``topic``, ``key``, ``value``) from the riverbed source."""
+    join = AsOfJoin(
+        id_field="click_id",
+        ts_field="ts",
+        columns=PROFILE_COLUMNS,
+        topic=TOPIC,
+        late_topic=LATE_TOPIC,
+        retention_ms=RETENTION_MS,
+    )
+    return as_of_join(
+        source,
+        join,
+        events_topic=CLICKS_TOPIC,
+        event_schema=CLICK,
+        changes_topic=USERS_TOPIC,
+        key_column="user_id",
+        delay=WATERMARK_DELAY,
+    )
