@@ -1,0 +1,325 @@
+"""fraud_alerts and fraud_alerts_late: the CEP processor's timers and lateness with Spark's
+own in-memory tester (TwsTester), then the pipeline in a real Spark session against a real
+broker, checked against a plain-Python reference written from the contract sentence:
+generated fraud bursts and near misses, produced out of order within the watermark delay,
+a kill -9 and restart, very late payments to the side output, and a far-future payment that
+releases every payment still held."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from confluent_kafka import Producer
+from pyspark.sql.streaming.tws_tester import TwsTester
+
+from riverbed.pipelines.fraud import alerts_processor
+from tests.conftest import BrokerProcess
+from tests.pipelines.support import (
+    BASE,
+    MINUTE,
+    PipelineProcess,
+    changelog,
+    disordered,
+    produce,
+    read_committed,
+)
+
+TEN_MINUTES = 10 * MINUTE
+Payment = dict[str, Any]
+
+
+# -- the reference ------------------------------------------------------------------------
+
+
+def reference_alerts(payments: list[Payment]) -> dict[str, dict[str, Any]]:
+    """DESIGN.md: "an approved payment on a card preceded, since that card's previous
+    approved payment, by 3 or more declined payments within the 10 minutes (event time)
+    before it; declined_count counts those declines". "Before": in (ts, payment_id) order;
+    "within the 10 minutes before it": at most 10 minutes older, the boundary included.
+    Keyed as :func:`changelog` keys them."""
+    by_card: dict[str, list[Payment]] = {}
+    for p in payments:
+        by_card.setdefault(p["card_id"], []).append(p)
+    alerts = {}
+    for card, history in by_card.items():
+        history.sort(key=lambda p: (p["ts"], p["payment_id"]))
+        since_approval: list[Payment] = []
+        for p in history:
+            if p["status"] == "declined":
+                since_approval.append(p)
+                continue
+            recent = [d["ts"] for d in since_approval if p["ts"] - d["ts"] <= TEN_MINUTES]
+            if len(recent) >= 3:
+                key = {"card_id": card, "payment_id": p["payment_id"]}
+                alerts[json.dumps(key, sort_keys=True)] = {
+                    **key,
+                    "declined_count": len(recent),
+                    "first_declined_ts": min(recent),
+                    "approved_ts": p["ts"],
+                }
+            since_approval = []
+    return alerts
+
+
+# -- the generator ------------------------------------------------------------------------
+
+Scenario = Callable[[random.Random], list[tuple[int, str]]]
+D, A = "declined", "approved"
+
+
+def burst(rng: random.Random) -> list[tuple[int, str]]:
+    """3 to 6 declines in 9 minutes, then an approval up to a minute later (the first
+    declines may fall out of the 10 minutes)."""
+    declines = sorted(rng.sample(range(9 * MINUTE), rng.randint(3, 6)))
+    return [(t, D) for t in declines] + [(9 * MINUTE + rng.randrange(MINUTE), A)]
+
+
+def near_miss(rng: random.Random) -> list[tuple[int, str]]:
+    """Only 2 declines."""
+    return [(0, D), (rng.randrange(1, 3 * MINUTE), D), (3 * MINUTE, A)]
+
+
+def spread(rng: random.Random) -> list[tuple[int, str]]:
+    """3 declines over more than 10 minutes: 2 in the 10 minutes before the approval."""
+    return [(0, D), (6 * MINUTE, D), (12 * MINUTE, D), (12 * MINUTE + rng.randrange(MINUTE), A)]
+
+
+def reset(rng: random.Random) -> list[tuple[int, str]]:
+    """4 declines in 5 minutes, but an approval between them."""
+    return [(0, D), (MINUTE, D), (2 * MINUTE, A), (3 * MINUTE, D), (4 * MINUTE, D), (5 * MINUTE, A)]
+
+
+def boundary(rng: random.Random) -> list[tuple[int, str]]:
+    """The first decline exactly 10 minutes before the approval (it counts), or 1 ms more
+    (it does not)."""
+    return [(0, D), (4 * MINUTE, D), (7 * MINUTE, D), (TEN_MINUTES + rng.choice([0, 1]), A)]
+
+
+def ties(rng: random.Random) -> list[tuple[int, str]]:
+    """Declines and the approval at the same ts: the payment ids decide the order."""
+    return [(0, D)] + [(MINUTE, rng.choice([D, D, A])) for _ in range(4)] + [(2 * MINUTE, A)]
+
+
+def noise(rng: random.Random) -> list[tuple[int, str]]:
+    """Random payments, some at the same ts."""
+    t, out = 0, []
+    for _ in range(rng.randint(3, 10)):
+        out.append((t, rng.choice([D, D, A])))
+        t += rng.choice([0, 1, 20_000, MINUTE, 3 * MINUTE])
+    return out
+
+
+SCENARIOS: list[Scenario] = [burst, burst, near_miss, spread, reset, boundary, ties, noise]
+
+
+def payments(seed: int, *, cards: int, start: int, minutes: int, prefix: str) -> list[Payment]:
+    """Each card's payments: scenarios one after another, 1 to 20 minutes apart. Payment ids
+    are unique, their order among equal ts random."""
+    rng = random.Random(seed)
+    out: list[Payment] = []
+    for c in range(cards):
+        card, t = f"card{c}", start + rng.randrange(5 * MINUTE)
+        while t < start + minutes * MINUTE:
+            steps = rng.choice(SCENARIOS)(rng)
+            for offset, status in steps:
+                out.append(
+                    {
+                        "payment_id": f"{prefix}{rng.randrange(16**4):04x}-{len(out)}",
+                        "card_id": card,
+                        "user_id": f"u{c % 7}",
+                        "amount_cents": rng.randrange(100, 100_000),
+                        "status": status,
+                        "ts": t + offset,
+                    }
+                )
+            t += max(offset for offset, _ in steps) + rng.choice([1, 4, 11, 20]) * MINUTE
+    return out
+
+
+def test_generator_covers_the_cases() -> None:
+    """The generated payments do contain alerts, near misses and the boundary both ways."""
+    generated = payments(7, cards=24, start=BASE, minutes=90, prefix="p")
+    alerts = reference_alerts(generated)
+    counts = [a["declined_count"] for a in alerts.values()]
+    assert len(alerts) >= 20 and max(counts) >= 4 and min(counts) == 3
+    assert any(a["approved_ts"] - a["first_declined_ts"] == TEN_MINUTES for a in alerts.values())
+    assert len({p["payment_id"] for p in generated}) == len(generated)
+    approvals = sum(p["status"] == A for p in generated)
+    assert approvals > 3 * len(alerts)  # most approvals are not alerts
+
+
+# -- the processor, without Spark ---------------------------------------------------------
+
+NEVER_LATE = 2**62  # the tester's own late filter off: the processor decides (with_event_time)
+
+
+def rows(*events: Payment) -> pd.DataFrame:
+    return pd.DataFrame(
+        {"card_id": [e["card_id"] for e in events], "event": [json.dumps(e) for e in events]}
+    )
+
+
+def pay(payment_id: str, status: str, ts: int) -> Payment:
+    return {
+        "payment_id": payment_id,
+        "card_id": "c1",
+        "user_id": "u1",
+        "amount_cents": None,
+        "status": status,
+        "ts": ts,
+    }
+
+
+def records(frame: pd.DataFrame) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    if frame.empty:
+        return []
+    return [(t, json.loads(k), json.loads(v)) for t, k, v in frame.itertuples(index=False)]
+
+
+def test_processor_keeps_one_timer_and_sends_late_payments_aside() -> None:
+    tester = TwsTester(
+        alerts_processor(), timeMode="EventTime", eventTimeExtractor=lambda _: NEVER_LATE
+    )
+
+    def timers() -> list[int]:
+        tester.handle.setGroupingKey("c1")
+        return list(tester.handle.listTimers())
+
+    # Out of order, and not released before the watermark passes them; one timer, at the
+    # release of the earliest payment held (the one before it deleted).
+    assert records(tester.testInPandas("c1", rows(pay("a", A, BASE + 3 * MINUTE)))) == []
+    assert timers() == [BASE + 3 * MINUTE + 1]
+    out = tester.testInPandas("c1", rows(pay("d2", D, BASE + MINUTE), pay("d1", D, BASE)))
+    assert timers() == [BASE + 1]
+    out = pd.concat([out, tester.testInPandas("c1", rows(pay("d3", D, BASE + 2 * MINUTE)))])
+    assert records(out) == []
+    assert timers() == [BASE + 1]
+    alert = {"card_id": "c1", "payment_id": "a"}
+    assert records(tester.setWatermark(BASE + 3 * MINUTE + 1)) == [
+        (
+            "fraud_alerts",
+            alert,
+            {
+                **alert,
+                "declined_count": 3,
+                "first_declined_ts": BASE,
+                "approved_ts": BASE + 3 * MINUTE,
+            },
+        )
+    ]
+    assert timers() == [] and tester.peekValueState("matcher", "c1") is None  # nothing held
+
+    # Declines released into the matcher: a timer for each one's expiry, in turn.
+    tester.testInPandas(
+        "c1", rows(pay("d4", D, BASE + 10 * MINUTE), pay("d5", D, BASE + 11 * MINUTE))
+    )
+    assert records(tester.setWatermark(BASE + 11 * MINUTE + 1)) == []
+    assert timers() == [BASE + 20 * MINUTE + 1]
+    assert records(tester.setWatermark(BASE + 20 * MINUTE + 1)) == []
+    assert timers() == [BASE + 21 * MINUTE + 1]
+    tester.setWatermark(BASE + 30 * MINUTE)
+    assert timers() == [] and tester.peekValueState("matcher", "c1") is None
+
+    # Below the watermark: aside, with the reason; never matched.
+    late = pay("x", A, BASE + 5 * MINUTE)
+    (record,) = records(tester.testInPandas("c1", rows(late)))
+    topic, key, value = record
+    assert (topic, key) == ("fraud_alerts_late", {"payment_id": "x"})
+    assert value.pop("reason") == (
+        f"too late for event-time order: ts {BASE + 5 * MINUTE} is below the watermark "
+        f"{BASE + 30 * MINUTE}, so the events after it may already have been matched without it"
+    )
+    assert value == late
+    assert timers() == [] and tester.peekValueState("matcher", "c1") is None
+
+
+# -- the pipeline -------------------------------------------------------------------------
+
+
+def test_alerts_late_payments_kill_and_restart(
+    broker_process: BrokerProcess, tmp_path: Path
+) -> None:
+    bootstrap = broker_process.bootstrap
+    generated = payments(7, cards=24, start=BASE, minutes=90, prefix="p")
+    first = [p for p in generated if p["ts"] < BASE + 60 * MINUTE]
+    middle = [p for p in generated if BASE + 60 * MINUTE <= p["ts"] < BASE + 75 * MINUTE]
+    last = [p for p in generated if p["ts"] >= BASE + 75 * MINUTE]
+    # Very late: payments in the first 20 minutes, sent once the first hour was seen.
+    rng = random.Random(8)
+    stragglers = [
+        {
+            "payment_id": f"late{i}",
+            "card_id": f"card{rng.randrange(24)}",
+            "user_id": "u0",
+            "amount_cents": 500,
+            "status": rng.choice([D, A]),
+            "ts": BASE + rng.randrange(20 * MINUTE),
+        }
+        for i in range(12)
+    ]
+    checkpoint = tmp_path / "checkpoint"
+    # Disorder below the 2-minute watermark delay: nothing of this is late.
+    produce(bootstrap, "payments", disordered(first, seed=1, max_ms=90_000), key_field="card_id")
+    # Records that are not payments are left out (and break nothing).
+    junk = Producer({"bootstrap.servers": bootstrap})
+    valid = {"payment_id": "j", "card_id": "card1", "status": A, "ts": BASE + 30 * MINUTE}
+    for value in [
+        b"not json",
+        b"{}",
+        *(json.dumps({k: v for k, v in valid.items() if k != field}).encode() for field in valid),
+        json.dumps({**valid, "status": "pending"}).encode(),
+    ]:
+        junk.produce("payments", value, key=b'{"card_id": "card1"}')
+    assert junk.flush(10) == 0
+
+    pipeline = PipelineProcess.start(tmp_path, "fraud_alerts", bootstrap, checkpoint)
+    done = pipeline.wait_caught_up()
+    produce(bootstrap, "payments", stragglers, key_field="card_id")
+    produce(bootstrap, "payments", disordered(middle, seed=2, max_ms=90_000), key_field="card_id")
+    deadline = time.monotonic() + 60
+    while not any(b > done and n > 0 for b, n, _ in pipeline.batches()):
+        assert time.monotonic() < deadline, pipeline.log()
+        time.sleep(0.05)
+    pipeline.kill()  # mid-stream: the next batch may be running
+    produce(bootstrap, "payments", disordered(last, seed=3, max_ms=90_000), key_field="card_id")
+    pipeline = PipelineProcess.start(tmp_path, "fraud_alerts", bootstrap, checkpoint)
+    # After everything else (in the same batch or a later one): it releases every payment.
+    far = {**valid, "payment_id": "far", "card_id": "far", "ts": BASE + 24 * 60 * MINUTE}
+    produce(bootstrap, "payments", [far], key_field="card_id")
+
+    expected = reference_alerts(generated)
+    deadline = time.monotonic() + 180  # the restart included
+    while time.monotonic() < deadline:
+        if len(changelog(read_committed(bootstrap, "fraud_alerts"))) >= len(expected):
+            break
+        time.sleep(1)
+    assert pipeline.stop() == 0, pipeline.log()
+    assert "fraud_alerts stopped" in pipeline.log()
+
+    results = read_committed(bootstrap, "fraud_alerts")
+    assert changelog(results) == expected
+    assert len(results) == len(expected)  # each alert once: no duplicates across the kill
+    late = read_committed(bootstrap, "fraud_alerts_late")
+    assert sorted(r.key["payment_id"] for r in late) == sorted(p["payment_id"] for p in stragglers)
+    by_id = {p["payment_id"]: p for p in stragglers}
+    for record in late:
+        payment = dict(record.value)
+        reason = payment.pop("reason")
+        assert record.key == {"payment_id": payment["payment_id"]}
+        assert payment == by_id[payment["payment_id"]]
+        found = re.fullmatch(
+            r"too late for event-time order: ts (\d+) is below the watermark "
+            r"(\d+), .*",
+            reason,
+        )
+        assert found is not None, reason
+        assert int(found[1]) == payment["ts"] < int(found[2])
+        # The watermark of a batch after the first hour was seen, not yet the far payment's.
+        assert BASE + 55 * MINUTE < int(found[2]) < BASE + 90 * MINUTE
