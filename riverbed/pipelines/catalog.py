@@ -12,9 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from riverbed.pipelines import ctr, enrich, fraud, sales
+from riverbed.pipelines.inputs import WATERMARK_DELAY, json_events
 from riverbed.pipelines.operators import (
     SessionWindows,
     WindowedCounts,
@@ -25,7 +26,6 @@ from riverbed.pipelines.operators import (
 
 __all__ = ["PIPELINES", "WATERMARK_DELAY", "Pipeline", "page_views"]
 
-WATERMARK_DELAY = "2 minutes"
 MINUTE_MS = 60_000
 
 PAGE_VIEW = StructType(
@@ -50,10 +50,8 @@ class Pipeline:
 
 def page_views(source: DataFrame) -> DataFrame:
     """The ``page_views`` events of the source, parsed once. Records that are not page views
-    (no ``ts``, ``page`` or ``event_id``) are left out by the operators: a filter here would
-    be pushed below the projection and parse every record once more per condition."""
-    parsed = source.select(F.from_json(F.col("value").cast("string"), PAGE_VIEW).alias("e"))
-    return parsed.select("e.*")
+    (no ``ts``, ``page`` or ``event_id``) are left out by the operators."""
+    return json_events(source, "page_views", PAGE_VIEW)
 
 
 def _page_view_counts(
@@ -114,6 +112,43 @@ PIPELINES: dict[str, Pipeline] = {
             _page_view_counts(
                 5 * MINUTE_MS, MINUTE_MS, "page_views_sliding", "page_views_sliding_late"
             ),
+        ),
+        Pipeline(
+            "search_ctr",
+            "stream-stream join: searches and the clicks on them (0 to 10 minutes after the "
+            "search); per query and 1-minute window of the search: searches, searches with "
+            "at least one click, click-through rate",
+            ("searches", "clicks"),
+            ("search_ctr",),
+            ctr.build,
+        ),
+        Pipeline(
+            "enriched_clicks",
+            "stream-table join: each click with the user's profile as it was at the click's "
+            "event time, from the shop.public.users changelog; a late profile change "
+            "corrects the clicks it applies to",
+            ("clicks", "shop.public.users"),
+            ("enriched_clicks", "enriched_clicks_late"),
+            enrich.build,
+        ),
+        Pipeline(
+            "category_sales",
+            "table-table join kept up to date: per category, the orders, units and revenue "
+            "of the current orders ⨝ products (orders not cancelled, current prices), from "
+            "the two CDC changelogs; a category left with no order gets a tombstone",
+            ("shop.public.orders", "shop.public.products"),
+            ("category_sales",),
+            sales.build,
+        ),
+        Pipeline(
+            "fraud_alerts",
+            "complex event processing: an approved payment preceded on its card, since the "
+            "card's previous approved payment, by 3 or more declined payments in the 10 "
+            "minutes before it (event-time order); payments too late to be put in order go "
+            "to fraud_alerts_late",
+            ("payments",),
+            ("fraud_alerts", "fraud_alerts_late"),
+            fraud.build,
         ),
     )
 }

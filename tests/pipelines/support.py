@@ -57,16 +57,26 @@ def disordered(events: list[dict[str, Any]], seed: int, max_ms: int) -> list[dic
     return sorted(events, key=lambda e: e["ts"] + rng.randrange(0, max_ms))
 
 
-def produce(bootstrap: str, topic: str, events: list[dict[str, Any]]) -> None:
+def produce(
+    bootstrap: str, topic: str, events: list[dict[str, Any]], key_field: str = "user_id"
+) -> None:
+    """Produce JSON events, keyed ``{key_field: ...}`` (the topic's key in DESIGN.md)."""
+    produce_records(
+        bootstrap,
+        topic,
+        [(json.dumps({key_field: e[key_field]}).encode(), json.dumps(e).encode()) for e in events],
+    )
+
+
+def produce_records(
+    bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes | None]]
+) -> None:
+    """Produce (key, value) records as they are, in order (a None value is a tombstone)."""
     producer = Producer(
         {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5}
     )
-    for event in events:
-        producer.produce(
-            topic,
-            json.dumps(event).encode(),
-            key=json.dumps({"user_id": event["user_id"]}).encode(),
-        )
+    for key, value in records:
+        producer.produce(topic, value, key=key)
     assert producer.flush(30) == 0
 
 

@@ -25,6 +25,10 @@ def test_list_describes_every_pipeline() -> None:
     )
     for name in ("user_sessions", "page_views_sliding"):
         assert f"\n{name}\n  reads:  page_views\n" in result.stdout
+    assert "\nsearch_ctr\n  reads:  searches, clicks\n  writes: search_ctr\n" in result.stdout
+    assert "\ncategory_sales\n  reads:  shop.public.orders, shop.public.products\n" in result.stdout
+    assert "\nenriched_clicks\n  reads:  clicks, shop.public.users\n" in result.stdout
+    assert "  writes: fraud_alerts, fraud_alerts_late\n" in result.stdout
 
 
 def test_an_unknown_pipeline(broker_process: BrokerProcess, tmp_path: Path) -> None:
@@ -33,8 +37,9 @@ def test_an_unknown_pipeline(broker_process: BrokerProcess, tmp_path: Path) -> N
     )
     assert result.returncode == 1
     assert result.stderr.strip() == (
-        "riverbed pipeline: no pipeline 'nope'; the pipelines are: "
-        "page_views_per_minute, page_views_sliding, user_sessions"
+        "riverbed pipeline: no pipeline 'nope'; the pipelines are: category_sales, "
+        "enriched_clicks, fraud_alerts, page_views_per_minute, page_views_sliding, search_ctr, "
+        "user_sessions"
     )
 
 

@@ -1,0 +1,110 @@
+"""search_ctr in a real Spark session against a real broker, checked against a plain-Python
+reference: searches and clicks in any order within the watermark delay, clicks at the
+interval's bounds and just outside them, clicks on unknown searches, a kill -9 and restart."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+
+from tests.conftest import BrokerProcess
+from tests.pipelines.support import (
+    BASE,
+    MINUTE,
+    PipelineProcess,
+    changelog,
+    disordered,
+    read_committed,
+)
+
+QUERIES = ["shoes", "red shoes", "tent", "lamp", "é café"]
+OFFSETS_MS = [0, 1, 30_000, 5 * MINUTE, 10 * MINUTE, 10 * MINUTE + 1, -1, -30_000, 11 * MINUTE]
+
+
+def searches_and_clicks(
+    seed: int, *, start: int, minutes: int, prefix: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    rng = random.Random(seed)
+    searches, clicks = [], []
+    for i in range(minutes * 8):
+        ts = start + rng.randrange(minutes * MINUTE)
+        search = {"search_id": f"{prefix}s{i}", "user_id": f"u{i % 17}",
+                  "query": rng.choice(QUERIES), "ts": ts}  # fmt: skip
+        searches.append(search)
+        for j in range(rng.choice([0, 0, 1, 1, 2, 3])):
+            offset = rng.choice(OFFSETS_MS)
+            clicks.append({"click_id": f"{prefix}c{i}.{j}", "search_id": search["search_id"],
+                           "user_id": search["user_id"], "product_id": f"p{j}",
+                           "ts": ts + offset})  # fmt: skip
+    for k in range(20):  # clicks on searches that never came
+        clicks.append({"click_id": f"{prefix}o{k}", "search_id": f"{prefix}none{k}",
+                       "user_id": "u0", "product_id": "p0",
+                       "ts": start + rng.randrange(minutes * MINUTE)})  # fmt: skip
+    return searches, clicks
+
+
+def reference(
+    searches: list[dict[str, Any]], clicks: list[dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """From the contract: a click counts for a search when 0 <= click.ts - search.ts <= 10
+    min; per query and 1-minute window of the search."""
+    click_times = defaultdict(list)
+    for click in clicks:
+        click_times[click["search_id"]].append(click["ts"])
+    totals: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0])
+    for search in searches:
+        window = search["ts"] - search["ts"] % MINUTE
+        clicked = any(
+            0 <= t - search["ts"] <= 10 * MINUTE for t in click_times[search["search_id"]]
+        )
+        totals[(window, search["query"])][0] += 1
+        totals[(window, search["query"])][1] += int(clicked)
+    result = {}
+    for (window, query), (n, c) in totals.items():
+        key = f'{{"query": "{query}", "window_start": {window}}}'
+        result[key] = {"window_start": window, "query": query, "searches": n,
+                       "clicked_searches": c, "ctr": c / n}  # fmt: skip
+    return result
+
+
+def _keyed(results: dict[str, dict[str, Any]]) -> dict[tuple[int, str], dict[str, Any]]:
+    return {(v["window_start"], v["query"]): v for v in results.values()}
+
+
+def test_search_ctr_with_disorder_and_a_kill(broker_process: BrokerProcess, tmp_path: Path) -> None:
+    bootstrap = broker_process.bootstrap
+    first = searches_and_clicks(1, start=BASE, minutes=40, prefix="a")
+    later = searches_and_clicks(2, start=BASE + 40 * MINUTE, minutes=20, prefix="b")
+    checkpoint = tmp_path / "checkpoint"
+
+    def send(searches: list[dict[str, Any]], clicks: list[dict[str, Any]], seed: int) -> None:
+        both = [("searches", s) for s in searches] + [("clicks", c) for c in clicks]
+        arrival = disordered([e for _, e in both], seed=seed, max_ms=90_000)
+        topic_of = {id(e): t for t, e in both}
+        producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+        for event in arrival:  # the two topics interleaved, as the events arrive
+            key = json.dumps({"user_id": event["user_id"]}).encode()
+            producer.produce(topic_of[id(event)], json.dumps(event).encode(), key=key)
+        assert producer.flush(30) == 0
+
+    send(*first, seed=1)
+    pipeline = PipelineProcess.start(tmp_path, "search_ctr", bootstrap, checkpoint)
+    pipeline.wait_caught_up()
+    pipeline.kill()
+    send(*later, seed=2)  # while it is down
+    pipeline = PipelineProcess.start(tmp_path, "search_ctr", bootstrap, checkpoint)
+    pipeline.wait_caught_up()
+    expected = reference(first[0] + later[0], first[1] + later[1])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if _keyed(changelog(read_committed(bootstrap, "search_ctr"))) == _keyed(expected):
+            break
+        time.sleep(1)
+    assert pipeline.stop() == 0, pipeline.log()
+    assert _keyed(changelog(read_committed(bootstrap, "search_ctr"))) == _keyed(expected)
