@@ -9,9 +9,11 @@ arrive the demo shows the group's lag; then a consume-transform-produce job copi
 clicks to another topic exactly once with transactions (and aborts a transaction of junk on
 purpose); then a Spark Structured Streaming query counts clicks per page through the
 riverbed data source and writes the counts back exactly once (:mod:`riverbed.demo_spark`);
-then the shop workload runs through the ``page_views_per_minute`` pipeline, its window
-results and late events shown as they arrive (:mod:`riverbed.demo_pipelines`); last, the
-files on disk. Later issues extend it.
+then the shop workload runs through the ``page_views_per_minute`` and ``fraud_alerts``
+pipelines, window results, late events and fraud alerts shown as they arrive
+(:mod:`riverbed.demo_pipelines`); then the shop's PostgreSQL is captured (CDC) into topics
+that feed ``enriched_clicks`` and ``category_sales``, checked against the database
+(:mod:`riverbed.demo_cdc`); last, the files on disk.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from riverbed import demo_pipelines, demo_spark
+from riverbed import demo_cdc, demo_pipelines, demo_spark
 from riverbed.broker import Broker
 
 TOPIC = "clicks"
@@ -269,7 +271,7 @@ def _section(title: str) -> None:
     print(f"\n== {title}")
 
 
-def run(data_dir: Path, *, count: int) -> None:
+def run(data_dir: Path, *, count: int, shop_seconds: float) -> None:
     if data_dir.exists():
         shutil.rmtree(data_dir)
     _section("broker")
@@ -360,8 +362,14 @@ def run(data_dir: Path, *, count: int) -> None:
         _section("Spark: clicks per page, a streaming query on the riverbed data source")
         demo_spark.run(bootstrap, topic=TOPIC, partitions=PARTITIONS)
 
-        _section("the shop workload through page_views_per_minute (event-time windows, late data)")
+        _section(
+            "the shop workload through page_views_per_minute (event-time windows, late data) "
+            "and fraud_alerts (CEP)"
+        )
         demo_pipelines.run(bootstrap, count=min(4 * count, 30_000))
+
+        _section("the shop's PostgreSQL through CDC: enriched_clicks and category_sales")
+        demo_cdc.run(bootstrap, seconds=shop_seconds)
         del producer
         gc.collect()  # close every client before the broker stops (no reconnect noise)
 
@@ -383,8 +391,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="riverbed end to end on one machine")
     parser.add_argument("--data-dir", type=Path, default=Path("data/demo"))
     parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument(
+        "--shop-seconds",
+        type=float,
+        default=40.0,
+        help="how long the shop runs in real time in the CDC section",
+    )
     args = parser.parse_args()
-    run(args.data_dir, count=args.events)
+    run(args.data_dir, count=args.events, shop_seconds=args.shop_seconds)
 
 
 if __name__ == "__main__":

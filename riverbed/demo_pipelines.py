@@ -1,12 +1,17 @@
-"""The pipeline part of ``make demo``: the shop workload through ``page_views_per_minute``.
+"""The pipeline part of ``make demo``: the shop workload through ``page_views_per_minute``
+and ``fraud_alerts``.
 
 The shop workload (:mod:`riverbed.workloads.shop`) produces page views, searches, clicks and
 payments, out of order and with some very late stragglers, while the
-``page_views_per_minute`` pipeline runs (a one-second trigger). Window results are printed
-as they arrive, one line per window: pages, views, and the late page views sent aside.
-When the workload is done, one far-future page view moves the watermark past every window.
-The demo then checks the results against a plain Python count of the page views produced:
-every page view is either counted in its window or in ``late_events``, exactly once.
+``page_views_per_minute`` and ``fraud_alerts`` pipelines run (a one-second trigger). Window
+results are printed as they arrive, one line per window: pages, views, and the late page
+views sent aside; fraud alerts are printed as they fire (when the watermark has passed the
+approved payment, so that the declines before it are known in event-time order). When the
+workload is done, one far-future page view and one far-future payment move the watermarks
+past everything. The demo then checks the results against plain Python over the events
+produced: every page view is either counted in its window or in ``late_events``, exactly
+once; the alerts are exactly those of DESIGN.md's rule over the payments that were not too
+late to be put in order (those went to ``fraud_alerts_late``).
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
 import riverbed.spark
 from riverbed.pipelines.catalog import PIPELINES
@@ -29,6 +36,8 @@ from riverbed.pipelines.runner import ensure_outputs
 from riverbed.workloads.shop import ShopConfig, events
 
 PIPELINE = "page_views_per_minute"
+FRAUD = "fraud_alerts"
+FRAUD_WINDOW_MS = 10 * 60_000
 _QUIET = logging.getLogger("riverbed.demo.librdkafka")  # librdkafka's lines would interleave
 _QUIET.addHandler(logging.NullHandler())
 _QUIET.propagate = False
@@ -43,6 +52,8 @@ class _Tail(threading.Thread):
         self.bootstrap = bootstrap
         self.windows: dict[tuple[int, str], int] = {}
         self.late: dict[str, dict[str, Any]] = {}
+        self.alerts: dict[str, dict[str, Any]] = {}
+        self.late_payments: set[str] = set()
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -55,7 +66,8 @@ class _Tail(threading.Thread):
                 "logger": _QUIET,
             }
         )
-        consumer.assign([TopicPartition(t, 0, 0) for t in PIPELINES[PIPELINE].outputs])
+        outputs = [*PIPELINES[PIPELINE].outputs, *PIPELINES[FRAUD].outputs]
+        consumer.assign([TopicPartition(t, 0, 0) for t in outputs])
         pending: dict[int, list[int]] = defaultdict(list)  # window start -> views per page
         updated: dict[int, float] = {}
         try:
@@ -64,7 +76,11 @@ class _Tail(threading.Thread):
                     if message.error() is not None or message.value() is None:
                         continue
                     value = json.loads(message.value())
-                    if message.topic() == "late_events":
+                    if message.topic() == FRAUD:
+                        self._alert(value)
+                    elif message.topic() == "fraud_alerts_late":
+                        self.late_payments.add(value["payment_id"])
+                    elif message.topic() == "late_events":
                         self.late[value["event_id"]] = value
                     else:
                         self.windows[(value["window_start"], value["page"])] = value["views"]
@@ -76,6 +92,16 @@ class _Tail(threading.Thread):
             self._print(pending, updated, list(updated))
         finally:
             consumer.close()
+
+    def _alert(self, alert: dict[str, Any]) -> None:
+        self.alerts[alert["payment_id"]] = alert
+        approved = time.strftime("%H:%M:%S", time.gmtime(alert["approved_ts"] / 1000))
+        first = time.strftime("%H:%M:%S", time.gmtime(alert["first_declined_ts"] / 1000))
+        print(
+            f"  FRAUD ALERT card {alert['card_id']}: payment {alert['payment_id']} approved at "
+            f"{approved} after {alert['declined_count']} declines since {first}",
+            flush=True,
+        )
 
     def _print(
         self, pending: dict[int, list[int]], updated: dict[int, float], starts: list[int]
@@ -103,30 +129,18 @@ def run(bootstrap: str, *, count: int) -> None:
         f"{(max(e.ts for e in generated) - min(e.ts for e in generated)) / MINUTE_MS:.0f} minutes "
         f"of event time, {sum(e.straggler for e in generated):,} of them very late stragglers"
     )
-    ensure_outputs(PIPELINES[PIPELINE], bootstrap, 10.0)
+    payments = [e.value for e in generated if e.topic == "payments"]
+    for name in (PIPELINE, FRAUD):
+        ensure_outputs(PIPELINES[name], bootstrap, 10.0)
     spark = riverbed.spark.session("riverbed-demo-pipeline", master="local[2]", log_level="ERROR")
     tail = _Tail(bootstrap)
     tail.start()
     try:
-        source = (
-            spark.readStream.format("riverbed")
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", "page_views")
-            .option("startingOffsets", "earliest")
-            .load()
-        )
-        with tempfile.TemporaryDirectory() as checkpoint:
-            query = (
-                PIPELINES[PIPELINE]
-                .build(source)
-                .writeStream.format("riverbed")
-                .option("kafka.bootstrap.servers", bootstrap)
-                .option("checkpointLocation", str(Path(checkpoint) / PIPELINE))
-                .outputMode("append")
-                .trigger(processingTime="1 second")
-                .start()
-            )
-            print(f"{PIPELINE} running; window results as they arrive:")
+        with tempfile.TemporaryDirectory() as checkpoints:
+            queries = [
+                start(spark, bootstrap, name, Path(checkpoints)) for name in (PIPELINE, FRAUD)
+            ]
+            print(f"{PIPELINE} and {FRAUD} running; results as they arrive:")
             producer = Producer(
                 {"bootstrap.servers": bootstrap, "enable.idempotence": True, "logger": _QUIET}
             )
@@ -134,18 +148,26 @@ def run(bootstrap: str, *, count: int) -> None:
                 producer.produce(event.topic, json.dumps(event.value), key=json.dumps(event.key))
                 if i % 2_000 == 1_999:  # a stream, not a bulk load: windows close one by one
                     producer.flush()
-                    query.processAllAvailable()
+                    for query in queries:
+                        query.processAllAvailable()
             far = {"event_id": "demo-far", "user_id": "demo", "page": "/far", "ts": 10**13}
             producer.produce("page_views", json.dumps(far), key=json.dumps({"user_id": "demo"}))
+            far_payment = {"payment_id": "demo-far", "card_id": "demo-far", "user_id": "demo",
+                           "amount_cents": 1, "status": "declined", "ts": 10**13}  # fmt: skip
+            producer.produce(
+                "payments", json.dumps(far_payment), key=json.dumps({"card_id": "demo-far"})
+            )
             producer.flush()
             expected = Counter((v["ts"] - v["ts"] % MINUTE_MS, v["page"]) for v in views)
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
                 counted = sum(tail.windows.values()) + len(tail.late)
-                if counted >= len(views):
+                in_time = [p for p in payments if p["payment_id"] not in tail.late_payments]
+                if counted >= len(views) and set(tail.alerts) == set(fraud_reference(in_time)):
                     break
                 time.sleep(0.5)
-            query.stop()
+            for query in queries:
+                query.stop()
             del producer
     finally:
         tail.stop.set()
@@ -157,3 +179,67 @@ def run(bootstrap: str, *, count: int) -> None:
         f"{len(tail.windows):,} (window, page) results and {len(tail.late):,} late page views; "
         f"every page view counted once or sent to late_events: {total == expected}"
     )
+    in_time = [p for p in payments if p["payment_id"] not in tail.late_payments]
+    print(
+        f"{len(tail.alerts)} fraud alerts over {len(payments):,} payments "
+        f"({len(tail.late_payments)} too late for event-time order, in fraud_alerts_late); "
+        f"the alerts are exactly DESIGN.md's rule over the others: "
+        f"{tail.alerts == fraud_reference(in_time)}"
+    )
+
+
+def start(
+    spark: SparkSession,
+    bootstrap: str,
+    name: str,
+    checkpoints: Path,
+    *,
+    starting_offsets: str = "earliest",
+) -> StreamingQuery:
+    """Pipeline ``name`` as ``riverbed pipeline run`` runs it, with a 1 s trigger and its
+    checkpoint in ``checkpoints / name``."""
+    pipeline = PIPELINES[name]
+    source = (
+        spark.readStream.format("riverbed")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", ",".join(pipeline.inputs))
+        .option("startingOffsets", starting_offsets)
+        .load()
+    )
+    return (
+        pipeline.build(source)
+        .writeStream.format("riverbed")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("checkpointLocation", str(checkpoints / name))
+        .outputMode("append")
+        .trigger(processingTime="1 second")
+        .queryName(name)
+        .start()
+    )
+
+
+def fraud_reference(payments: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """DESIGN.md's rule, by payment_id: an approved payment preceded on its card, since the
+    card's previous approved payment, by 3 or more declines in the 10 minutes before it
+    (event-time order: ts, then payment_id)."""
+    alerts: dict[str, dict[str, Any]] = {}
+    by_card: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for payment in payments:
+        by_card[payment["card_id"]].append(payment)
+    for card, history in by_card.items():
+        declines: list[int] = []
+        for p in sorted(history, key=lambda p: (p["ts"], p["payment_id"])):
+            if p["status"] == "declined":
+                declines.append(p["ts"])
+            elif p["status"] == "approved":
+                counted = [d for d in declines if p["ts"] - d <= FRAUD_WINDOW_MS]
+                if len(counted) >= 3:
+                    alerts[p["payment_id"]] = {
+                        "card_id": card,
+                        "payment_id": p["payment_id"],
+                        "declined_count": len(counted),
+                        "first_declined_ts": min(counted),
+                        "approved_ts": p["ts"],
+                    }
+                declines = []
+    return alerts
