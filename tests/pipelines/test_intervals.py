@@ -51,10 +51,7 @@ def test_on_time_rows_join_exactly_the_pairs_of_brute_force(
         if reload:
             state = IntervalJoinState.from_json(state.to_json())
     expected = [
-        (left_id, r)
-        for left_id, ts in fed_lefts.items()
-        for r in fed_rights
-        if 0 <= r - ts <= 100
+        (left_id, r) for left_id, ts in fed_lefts.items() for r in fed_rights if 0 <= r - ts <= 100
     ]
     assert sorted(pairs) == sorted(expected)
     assert sorted(firsts) == sorted({left_id for left_id, _ in expected})
