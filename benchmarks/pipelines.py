@@ -75,7 +75,7 @@ STRAGGLER_EVERY = 1_000
 STRAGGLER_AGE_MS = 10 * 60_000
 BASE_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 MINUTE_MS = 60_000
-WATERMARK_DELAY_MS = 2 * MINUTE_MS  # catalog.WATERMARK_DELAY
+WATERMARK_DELAY_MS = 2 * MINUTE_MS  # inputs.WATERMARK_DELAY
 SPARK_CONFIG = {"spark.sql.streaming.numRecentProgressUpdates": "1000"}
 """Spark keeps 100 progress reports by default; the latency run makes one per trigger."""
 QUICK = {
