@@ -3,19 +3,23 @@ click-through rate per query and 1-minute window of the search.
 
 Two stateful operators in one query:
 
-1. :class:`SearchClicks` (an interval join, :mod:`riverbed.pipelines.intervals`), grouped by
+1. :class:`SearchClicks` (an interval join, :mod:`riverbed.pipelines.intervals`), keyed by
    ``search_id`` over the union of ``searches`` and ``clicks``, event time with the
    2-minute watermark: a click counts for a search when ``0 <= click.ts - search.ts <= 10
    min``. It emits *deltas* per (window of the search, query): ``searches`` +1 when a search
    arrives, ``clicked`` +1 at its first matching click. A search waits in the state until
    the watermark passes ``ts + 10 min`` (no on-time click can match it after that); a
    click without its search waits until the watermark passes its ``ts`` (no on-time search
-   can match it after that).
-2. :class:`RunningTotals`, grouped by (``window_start``, ``query``), no event time: adds the
+   can match it after that); either is dropped at most :data:`EXPIRY_RESOLUTION_MS` later.
+2. :class:`RunningTotals`, keyed by (``window_start``, ``query``), no event time: adds the
    deltas and writes the window's current totals (``searches``, ``clicked_searches``,
    ``ctr``) to ``search_ctr``, once per micro-batch in which they changed. The topic is a
    changelog: the last value per key is the result, final once the watermark has passed
    the window's end plus 10 minutes.
+
+Both group by a bucket of their key and keep each key's state in a map state of the bucket
+(:mod:`riverbed.pipelines.buckets`): a search id has a record or two per micro-batch, and a
+group per key made PySpark's fixed cost per group the bulk of the work.
 
 Late data: a search that arrives after the watermark still counts as a search, with the
 clicks still held for it; a click that arrives after its search expired is not counted
@@ -26,7 +30,8 @@ first is held is a duplicate and is ignored.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import json
+from collections.abc import Iterator
 from typing import Any
 
 import pandas as pd
@@ -40,14 +45,17 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from riverbed.pipelines.buckets import BUCKET, KeyedStates, bucket_of
 from riverbed.pipelines.inputs import WATERMARK_DELAY
 from riverbed.pipelines.intervals import IntervalJoin, IntervalJoinState, LeftRow, RightRow
-from riverbed.pipelines.operators import OUTPUT_SCHEMA, dumps, with_event_time
+from riverbed.pipelines.operators import NO_OUTPUT, OUTPUT_SCHEMA, dumps, with_event_time
 
-__all__ = ["CLICK_WINDOW", "RunningTotals", "SearchClicks", "build"]
+__all__ = ["CLICK_WINDOW", "EXPIRY_RESOLUTION_MS", "RunningTotals", "SearchClicks", "build"]
 
 MINUTE_MS = 60_000
 CLICK_WINDOW = IntervalJoin(lower_ms=0, upper_ms=10 * MINUTE_MS)
+EXPIRY_RESOLUTION_MS = 10_000
+"""A search id's state is expired at most this much event time after its own expiry."""
 
 EVENT = StructType(
     [
@@ -77,119 +85,118 @@ _NO_DELTAS = pd.DataFrame(
 
 class SearchClicks(StatefulProcessor):
     """Stage 1 (module docstring): per ``search_id``, the search and its clicks, joined
-    within :data:`CLICK_WINDOW`; emits (window_start, query, searches, clicked) deltas."""
+    within :data:`CLICK_WINDOW`; emits (window_start, query, searches, clicked) deltas,
+    summed per (window_start, query). Grouped by the bucket of the ``search_id``
+    (:mod:`riverbed.pipelines.buckets`); each search id's state is an
+    :class:`~riverbed.pipelines.intervals.IntervalJoinState`, handled again when its next
+    expiry comes (to within :data:`EXPIRY_RESOLUTION_MS`)."""
 
     def __init__(self, *, window_ms: int = MINUTE_MS, condition: IntervalJoin = CLICK_WINDOW):
         self.window_ms, self.condition = window_ms, condition
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.handle = handle
-        self.state = handle.getValueState("join", "state STRING")
-        self.timer = handle.getValueState("timer", "at LONG")
+        self.states = KeyedStates(handle, "joins", resolution_ms=EXPIRY_RESOLUTION_MS)
 
-    def _load(self) -> IntervalJoinState:
-        stored = self.state.get() if self.state.exists() else None
-        return IntervalJoinState() if stored is None else IntervalJoinState.from_json(stored[0])
-
-    def _save(self, state: IntervalJoinState, watermark_ms: int) -> None:
-        """Store ``state`` and keep one timer, at its next expiry."""
-        due = state.next_expiry_ms(self.condition)
-        timer = self.timer.get() if self.timer.exists() else None
-        old = None if timer is None else int(timer[0])
-        if old is not None and old != due:
-            self.handle.deleteTimer(old)
-        if state.is_empty():
-            self.state.clear()
-            self.timer.clear()
-            return
-        self.state.update((state.to_json(),))
-        if due is not None and due != old:
-            self.handle.registerTimer(due)
-            self.timer.update((due,))
-
-    def _delta(self, left: LeftRow, searches: int, clicked: int) -> tuple[int, str, int, int]:
-        start = left.ts - left.ts % self.window_ms
-        return (start, str(left.fields["query"]), searches, clicked)
+    def _save(self, search_id: str, state: IntervalJoinState, *, stored: bool) -> None:
+        if not state.is_empty():
+            self.states.put(search_id, state.to_json(), due_ms=state.next_expiry_ms(self.condition))
+        elif stored:
+            self.states.remove(search_id)
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
-        batch = pd.concat(list(rows), ignore_index=True).dropna(subset=["ts"])
-        if key[0] is None:
-            yield _NO_DELTAS  # clicks and searches without a search_id join nothing
-            return
-        searches = batch[(batch["kind"] == "search") & batch["query"].notna()]
-        clicks = batch[batch["kind"] == "click"]
-        search_id = str(key[0])
-        state = self._load()
-        new, joined = state.add(
-            self.condition,
-            lefts=[
-                LeftRow(id=search_id, ts=int(ts), fields={"query": str(q)})
-                for ts, q in zip(searches["ts"], searches["query"], strict=True)
-            ],
-            rights=[RightRow(ts=int(ts), fields={}) for ts in clicks["ts"]],
-        )
-        deltas = [self._delta(left, 1, 0) for left in new]
-        deltas += [self._delta(pair.left, 0, 1) for pair in joined if pair.first]
+        batch = pd.concat(list(rows), ignore_index=True).dropna(subset=["search_id", "ts"])
+        by_id: dict[str, tuple[list[LeftRow], list[RightRow]]] = {}
+        for search_id, kind, query, ts in zip(
+            *(batch[c].tolist() for c in ("search_id", "kind", "query", "ts")), strict=True
+        ):
+            lefts, rights = by_id.setdefault(str(search_id), ([], []))
+            if kind == "click":
+                rights.append(RightRow(ts=int(ts), fields={}))
+            elif isinstance(query, str):  # a search without a query is left out
+                lefts.append(LeftRow(id=str(search_id), ts=int(ts), fields={"query": query}))
         watermark = timerValues.getCurrentWatermarkInMs()
-        state.expire(self.condition, watermark)
-        self._save(state, watermark)
+        deltas: dict[tuple[int, str], list[int]] = {}
+        for search_id, (lefts, rights) in by_id.items():
+            text = self.states.get(search_id)
+            state = IntervalJoinState() if text is None else IntervalJoinState.from_json(text)
+            new, joined = state.add(self.condition, lefts=lefts, rights=rights)
+            for left in new:
+                deltas.setdefault(self._window(left), [0, 0])[0] += 1
+            for pair in joined:
+                if pair.first:
+                    deltas.setdefault(self._window(pair.left), [0, 0])[1] += 1
+            state.expire(self.condition, watermark)
+            self._save(search_id, state, stored=text is not None)
+        self.states.flush()
         yield _deltas(deltas)
 
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
     ) -> Iterator[pd.DataFrame]:
-        self.timer.clear()  # this timer has fired
-        state = self._load()
-        watermark = timerValues.getCurrentWatermarkInMs()
-        state.expire(self.condition, max(watermark, expiredTimerInfo.getExpiryTimeInMs()))
-        self._save(state, watermark)
+        at = expiredTimerInfo.getExpiryTimeInMs()
+        watermark = max(timerValues.getCurrentWatermarkInMs(), at)
+        for search_id, text in self.states.due(at):
+            state = IntervalJoinState.from_json(text)
+            state.expire(self.condition, watermark)
+            self._save(search_id, state, stored=True)
+        self.states.flush()
         yield _NO_DELTAS
+
+    def _window(self, left: LeftRow) -> tuple[int, str]:
+        return (left.ts - left.ts % self.window_ms, str(left.fields["query"]))
 
     def close(self) -> None:
         pass
 
 
-def _deltas(rows: Sequence[tuple[int, str, int, int]]) -> pd.DataFrame:
-    if not rows:
+def _deltas(deltas: dict[tuple[int, str], list[int]]) -> pd.DataFrame:
+    if not deltas:
         return _NO_DELTAS
-    return pd.DataFrame(rows, columns=["window_start", "query", "searches", "clicked"])
+    return pd.DataFrame(
+        [
+            (start, query, searches, clicked)
+            for (start, query), (searches, clicked) in deltas.items()
+        ],
+        columns=["window_start", "query", "searches", "clicked"],
+    )
 
 
 class RunningTotals(StatefulProcessor):
     """Stage 2 (module docstring): per (window_start, query), the sums of the deltas,
-    written to ``topic`` whenever they change."""
+    written to ``topic`` whenever they change. Grouped by the bucket of (window_start,
+    query); each one's totals are a state of the bucket, under its output key."""
 
     def __init__(self, *, topic: str = "search_ctr") -> None:
         self.topic = topic
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.totals = handle.getValueState("totals", "searches LONG, clicked LONG")
+        self.totals = KeyedStates(handle, "totals")
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
         batch = pd.concat(list(rows), ignore_index=True)
-        stored = self.totals.get() if self.totals.exists() else None
-        searches, clicked = (0, 0) if stored is None else stored
-        searches, clicked = (
-            int(searches) + int(batch["searches"].sum()),
-            int(clicked) + int(batch["clicked"].sum()),
-        )
-        self.totals.update((searches, clicked))
-        start, query = int(key[0]), str(key[1])
-        value = {
-            "window_start": start,
-            "query": query,
-            "searches": searches,
-            "clicked_searches": clicked,
-            "ctr": clicked / searches if searches else 0.0,
-        }
-        yield pd.DataFrame(
-            [(self.topic, dumps({"window_start": start, "query": query}), dumps(value))],
-            columns=["topic", "key", "value"],
-        )
+        sums = batch.groupby(["window_start", "query"], sort=True)[["searches", "clicked"]].sum()
+        out = []
+        for (start, query), searches, clicked in zip(
+            sums.index.tolist(), sums["searches"].tolist(), sums["clicked"].tolist(), strict=True
+        ):
+            record_key = dumps({"window_start": int(start), "query": str(query)})
+            stored = self.totals.get(record_key)
+            before = (0, 0) if stored is None else json.loads(stored)
+            searches, clicked = before[0] + int(searches), before[1] + int(clicked)
+            self.totals.put(record_key, dumps([searches, clicked]))
+            value = {
+                "window_start": int(start),
+                "query": str(query),
+                "searches": searches,
+                "clicked_searches": clicked,
+                "ctr": clicked / searches if searches else 0.0,
+            }
+            out.append((self.topic, record_key, dumps(value)))
+        yield pd.DataFrame(out, columns=["topic", "key", "value"]) if out else NO_OUTPUT
 
     def close(self) -> None:
         pass
@@ -211,9 +218,12 @@ def build(source: DataFrame) -> DataFrame:
     )
     deltas = (
         with_event_time(events, WATERMARK_DELAY)
-        .groupBy("search_id")
+        .withColumn(BUCKET, bucket_of("search_id"))
+        .groupBy(BUCKET)
         .transformWithStateInPandas(SearchClicks(), DELTAS, "append", "EventTime")
     )
-    return deltas.groupBy("window_start", "query").transformWithStateInPandas(
-        RunningTotals(), OUTPUT_SCHEMA, "append", "None"
+    return (
+        deltas.withColumn(BUCKET, bucket_of("window_start", "query"))
+        .groupBy(BUCKET)
+        .transformWithStateInPandas(RunningTotals(), OUTPUT_SCHEMA, "append", "None")
     )

@@ -7,11 +7,11 @@ DataFrames (the left table's, e.g. orders, and the right table's, e.g. products)
 the rows for the riverbed sink (``topic``, ``key``, ``value``; ``value`` null for a
 tombstone):
 
-0. :class:`RouteLeftRows`, grouped by the left table's key column (``order_id``): applies the
+0. :class:`RouteLeftRows`, keyed by the left table's key column (``order_id``): applies the
    batch's changes of the left row, sorted by ``(partition, offset)``, and emits
    :class:`~riverbed.pipelines.joins.LeftRow` s (``join_key_json``, ``left_key``,
    ``left_row``, the row's columns as JSON or null for a retraction).
-1. :class:`JoinKeyStage`, grouped by the join key (``product_id``), over the union of the
+1. :class:`JoinKeyStage`, keyed by the join key (``product_id``), over the union of the
    right table's changes and stage 0's rows: emits
    :class:`~riverbed.pipelines.joins.GroupContribution` s (``group_json``,
    ``join_key_json``, ``rows``, ``sums`` as a JSON array).
@@ -21,14 +21,18 @@ tombstone):
 **Routing.** Stage 1 groups the right table's changes by the join-key column of their record
 key (``get_json_object(key, '$.product_id')``, as :func:`~riverbed.pipelines.inputs.changes`
 gives it) and stage 0's rows by the same function of their join key
-(:func:`_routing`), so both sides of a join key meet in one group whatever its JSON type.
-Within a group, states are told apart by the canonical JSON text of their key
+(:func:`_routing`), so both sides of a join key meet in one bucket whatever its JSON type.
+Within a bucket, states are told apart by the canonical JSON text of their key
 (:func:`~riverbed.pipelines.changelog.json_text`): ``5`` and ``"5"`` route to one group but
-are different keys, as they are in SQL.
+are different keys, as they are in SQL. Rows whose grouping column is null are left out
+before grouping: truncates, and orders without a product.
 
-**State** (RocksDB, checkpointed with the query): one ValueState per grouping key, one JSON
-string: stage 0, ``{left key: RowState}``; stage 1, ``{join key: JoinKeyState}``; stage 2,
-the GroupState (cleared when the group is empty). Stages 0 and 1 keep the state of a
+**State** (RocksDB, checkpointed with the query): stages 0 and 1 group by a bucket of their
+key column (:mod:`riverbed.pipelines.buckets`: an order or a product has a change or two
+per micro-batch, and a group per key made PySpark's fixed cost per group the bulk of the
+work) and keep a JSON string per key in a map state of the bucket: stage 0, the RowState
+per left key; stage 1, the JoinKeyState per join key. Stage 2 keeps one ValueState per
+group, the GroupState (cleared when the group is empty). Stages 0 and 1 keep the state of a
 deleted row (its position, a few bytes) so that replayed changes stay ignored. No timers,
 no watermark: nothing expires, and no input is ever late (a change applies whenever it
 arrives, in log order per key).
@@ -61,6 +65,7 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from riverbed.pipelines.buckets import BUCKET, KeyedStates, bucket_of
 from riverbed.pipelines.changelog import (
     Change,
     Json,
@@ -178,31 +183,26 @@ class _JsonValue:
 
 
 class RouteLeftRows(StatefulProcessor):
-    """Stage 0, grouped by the left table's key column: the left rows' changes of the batch,
-    applied in log order (:func:`~riverbed.pipelines.joins.route_left`), as the LeftRows of
-    the join keys they touch (:data:`LEFT_ROWS_SCHEMA`). State: ``{left key: RowState}``.
-    Runs once per grouping key with input in each micro-batch, on an executor."""
+    """Stage 0, grouped by a bucket of the left table's key column: the left rows' changes
+    of the batch, applied in log order (:func:`~riverbed.pipelines.joins.route_left`), as
+    the LeftRows of the join keys they touch (:data:`LEFT_ROWS_SCHEMA`). State: a RowState
+    per left key. Runs once per bucket with input in each micro-batch, on an executor."""
 
     def __init__(self, spec: JoinSpec) -> None:
         self.spec = spec
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.state = _JsonValue(handle, "left")
+        self.states = KeyedStates(handle, "left")
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
-        changes = _changes(rows)
-        if key[0] is None or not changes:  # a truncate (keyed {}) or nothing valid
-            yield _empty(LEFT_ROWS_SCHEMA)
-            return
-        stored = json.loads(self.state.load() or "{}")
         routed: list[LeftRow] = []
-        for name, own in _by_key(changes).items():
-            state = RowState.from_obj(stored[name]) if name in stored else RowState()
+        for name, own in _by_key(_changes(rows)).items():
+            stored = self.states.get(name)
+            state = RowState() if stored is None else RowState.from_obj(json.loads(stored))
             routed.extend(route_left(state, own, self.spec))
-            stored[name] = state.as_json()
-        self.state.save(dumps(stored))
+            self.states.put(name, dumps(state.as_json()))
         out = [
             (json_text(r.join_key), r.left_key, None if r.row is None else dumps(r.row))
             for r in routed
@@ -214,25 +214,22 @@ class RouteLeftRows(StatefulProcessor):
 
 
 class JoinKeyStage(StatefulProcessor):
-    """Stage 1, grouped by :data:`JOIN_KEY`, over the union of the right table's change
-    records (``key``, ``value``, ``partition``, ``offset``) and stage 0's rows (``left_key``
-    set): :class:`~riverbed.pipelines.joins.JoinKeyState` per join key, emitting the
-    contributions that changed (:data:`CONTRIBUTIONS_SCHEMA`). State: ``{join key:
-    JoinKeyState}``. Runs once per join key with input in each micro-batch."""
+    """Stage 1, grouped by a bucket of :data:`JOIN_KEY`, over the union of the right table's
+    change records (``key``, ``value``, ``partition``, ``offset``) and stage 0's rows
+    (``left_key`` set): :class:`~riverbed.pipelines.joins.JoinKeyState` per join key,
+    emitting the contributions that changed (:data:`CONTRIBUTIONS_SCHEMA`). Runs once per
+    bucket with input in each micro-batch."""
 
     def __init__(self, spec: JoinSpec) -> None:
         self.spec = spec
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.state = _JsonValue(handle, "join_keys")
+        self.states = KeyedStates(handle, "join_keys")
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
         batch = pd.concat(list(rows), ignore_index=True)
-        if key[0] is None:  # a right record without the key column (a truncate)
-            yield _empty(CONTRIBUTIONS_SCHEMA)
-            return
         is_left = batch["left_key"].map(lambda v: isinstance(v, str))
         right: dict[str, list[Change]] = {}
         for change in _changes(iter([batch[~is_left]])):
@@ -252,19 +249,15 @@ class JoinKeyStage(StatefulProcessor):
                     row=None if row_text is None else json.loads(row_text),
                 )
             )
-        if not right and not left:
-            yield _empty(CONTRIBUTIONS_SCHEMA)
-            return
-        stored = json.loads(self.state.load() or "{}")
         out = []
         for name in sorted(right.keys() | left.keys()):
-            state = _join_key_state(stored.get(name))
+            stored = self.states.get(name)
+            state = _join_key_state(None if stored is None else json.loads(stored))
             for c in state.apply(
                 json.loads(name), self.spec, right=right.get(name, ()), left=left.get(name, ())
             ):
                 out.append(_contribution_row(c))
-            stored[name] = {"right": state.right.as_json(), "left": state.left}
-        self.state.save(dumps(stored))
+            self.states.put(name, dumps({"right": state.right.as_json(), "left": state.left}))
         yield _frame(out, CONTRIBUTIONS_SCHEMA)
 
     def close(self) -> None:
@@ -363,8 +356,11 @@ def join_aggregate(
     ``topic`` (module docstring). ``left`` and ``right`` are
     :func:`~riverbed.pipelines.inputs.changes` DataFrames with the key columns
     ``left_key_column`` and ``right_key_column`` (the column ``spec.right_key`` reads)."""
-    left_rows = left.groupBy(left_key_column).transformWithStateInPandas(
-        RouteLeftRows(spec), LEFT_ROWS_SCHEMA, "append", "None"
+    left_rows = (
+        left.where(F.col(left_key_column).isNotNull())
+        .withColumn(BUCKET, bucket_of(left_key_column))
+        .groupBy(BUCKET)
+        .transformWithStateInPandas(RouteLeftRows(spec), LEFT_ROWS_SCHEMA, "append", "None")
     )
     stage1_input = right.select(
         F.col(right_key_column).alias(JOIN_KEY), "key", "value", "partition", "offset"
@@ -372,8 +368,11 @@ def join_aggregate(
         left_rows.withColumn(JOIN_KEY, _routing(F.col("join_key_json"))),
         allowMissingColumns=True,
     )
-    contributions = stage1_input.groupBy(JOIN_KEY).transformWithStateInPandas(
-        JoinKeyStage(spec), CONTRIBUTIONS_SCHEMA, "append", "None"
+    contributions = (
+        stage1_input.where(F.col(JOIN_KEY).isNotNull())
+        .withColumn(BUCKET, bucket_of(JOIN_KEY))
+        .groupBy(BUCKET)
+        .transformWithStateInPandas(JoinKeyStage(spec), CONTRIBUTIONS_SCHEMA, "append", "None")
     )
     return contributions.groupBy("group_json").transformWithStateInPandas(
         GroupStage(spec, topic=topic), OUTPUT_SCHEMA, "append", "None"

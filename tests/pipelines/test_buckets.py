@@ -1,0 +1,139 @@
+"""Per-key states and timers within a bucket (riverbed.pipelines.buckets), on an in-memory
+handle that behaves as Spark's map states and event-time timers do."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from riverbed.pipelines.buckets import KeyedStates, round_up
+
+
+class MemoryMapState:
+    def __init__(self) -> None:
+        self.entries: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+
+    def getValue(self, key: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        return self.entries.get(key)
+
+    def updateValue(self, key: tuple[Any, ...], value: tuple[Any, ...]) -> None:
+        self.entries[key] = value
+
+    def removeKey(self, key: tuple[Any, ...]) -> None:
+        self.entries.pop(key, None)
+
+
+class MemoryHandle:
+    """One bucket's state: map states by name and the registered timers."""
+
+    def __init__(self) -> None:
+        self.maps: dict[str, MemoryMapState] = {}
+        self.timers: set[int] = set()
+        self.registrations = 0
+
+    def getMapState(self, name: str, key_schema: str, value_schema: str) -> MemoryMapState:
+        return self.maps.setdefault(name, MemoryMapState())
+
+    def registerTimer(self, at: int) -> None:
+        self.registrations += 1
+        self.timers.add(at)
+
+    def fire(self, watermark: int) -> list[int]:
+        """The timers due at ``watermark``, in order, removed as Spark removes them."""
+        due = sorted(t for t in self.timers if t <= watermark)
+        self.timers -= set(due)
+        return due
+
+
+def states(handle: MemoryHandle, resolution_ms: int | None = 10) -> KeyedStates:
+    return KeyedStates(handle, "s", resolution_ms=resolution_ms)  # type: ignore[arg-type]
+
+
+def test_round_up() -> None:
+    assert [round_up(x, 10) for x in (-11, -10, 0, 1, 10, 11)] == [-10, -10, 0, 10, 10, 20]
+
+
+def test_get_put_remove() -> None:
+    s = states(MemoryHandle(), None)
+    assert s.get("a") is None
+    s.put("a", '{"x":1}')
+    assert s.get("a") == '{"x":1}'
+    s.remove("a")
+    assert s.get("a") is None
+    with pytest.raises(ValueError, match="no timers"):
+        s.put("a", "{}", due_ms=5)
+    with pytest.raises(ValueError, match="no timers"):
+        s.due(5)
+
+
+def test_one_timer_per_listed_time_and_stale_listings_skipped() -> None:
+    handle = MemoryHandle()
+    s = states(handle)
+    for key, due in (("a", 1), ("b", 9), ("c", 11)):
+        s.get(key)
+        s.put(key, key, due_ms=due)
+    s.flush()
+    assert handle.timers == {10, 20}
+    assert handle.registrations == 2
+    s.get("a")
+    s.put("a", "a2", due_ms=25)  # re-listed: the listing under 10 is stale
+    s.get("b")
+    s.remove("b")
+    s.flush()
+    assert handle.timers == {10, 20, 30}
+    assert s.due(10) == []  # a is listed under 30 now, b was removed
+    assert s.due(20) == [("c", "c")]
+    s.remove("c")
+    assert s.due(30) == [("a", "a2")]
+    assert s.due(30) == []  # the list is gone
+    s.get("d")
+    s.put("d", "d", due_ms=30)
+    s.flush()
+    assert handle.registrations == 4  # 30 again: its list had been removed
+
+
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from("abcdef"), st.one_of(st.none(), st.integers(0, 200))),
+        min_size=1,
+        max_size=60,
+    ),
+    step=st.integers(1, 40),
+    resolution=st.sampled_from([1, 7, 10, 50]),
+)
+def test_every_key_is_handled_after_its_expiry_and_within_the_resolution(
+    ops: list[tuple[str, int | None]], step: int, resolution: int
+) -> None:
+    """Keys are updated with new expiries (None: removed) while the watermark advances by
+    ``step`` per batch; each batch's timers fire after its updates, as in Spark. A handled
+    key is put back without expiry. Every key whose expiry the final watermark has passed
+    by ``resolution`` is handled, once, never before its expiry."""
+    handle = MemoryHandle()
+    s = states(handle, resolution)
+    expiry: dict[str, int] = {}  # the model: keys waiting, and their expiry
+    watermark = 0
+    for i, (key, due) in enumerate(ops):
+        s.get(key)
+        if due is None:
+            s.remove(key)
+            expiry.pop(key, None)
+        else:
+            due = max(due, watermark + 1) if i % 3 else due  # some already past
+            s.put(key, f"{key}@{due}", due_ms=due)
+            expiry[key] = due
+        s.flush()
+        watermark += step
+        for at in handle.fire(watermark):
+            for handled, text in s.due(at):
+                assert text == f"{handled}@{expiry[handled]}"
+                assert expiry[handled] <= at < expiry[handled] + resolution
+                s.put(handled, "done")
+                del expiry[handled]
+            s.flush()
+    for at in handle.fire(10**6):
+        for handled, _ in s.due(at):
+            del expiry[handled]
+    assert expiry == {}
