@@ -9,36 +9,48 @@ events/s that way.
 
 Grouping by a **bucket** of the key instead (:func:`bucket_of`, a hash modulo
 :data:`BUCKETS`) makes that cost once per bucket and batch. Within a bucket each key keeps
-its own state, one entry of a MapState (:class:`KeyedStates`): a key then costs one state
-read and one write per batch. The bucket is a function of the key alone, so a key's rows
-always meet in the same bucket, exactly as they met in their own group before.
+its own state (:class:`KeyedStates`), a JSON-able value. The bucket is a function of the key
+alone, so a key's rows always meet in the same bucket, exactly as they met in their own
+group before.
 
-**Timers per key** (:class:`KeyedStates` with ``resolution_ms``): Spark's timers belong to
-the grouping key, here the bucket. A key's next expiry is rounded *up* to a multiple of
-``resolution_ms`` and the key is listed under that time in a second MapState (time → keys);
-the bucket gets one timer per listed time. When it fires, :meth:`KeyedStates.due` gives the
-keys listed under it whose entry still names that time (a key since re-listed under another
-time, or removed, is skipped). A key is thus handled at most ``resolution_ms`` of event time
-after its own expiry, never before it: its state is held that much longer.
+**Slots.** A state access is itself a round trip to the JVM (25 to 50 µs measured,
+``benchmarks/tws_state_calls.py``), so the keys' states are not one map state entry each:
+the bucket's keys are spread over ``slots`` entries (a CRC-32 of the key modulo
+``slots``), each one JSON object of its keys' states, read once and written once per batch
+that touches it. A large batch then costs a few thousand state calls instead of two per
+key, at the price of rewriting a whole slot for a change to one of its keys: with
+:data:`BUCKETS` times :data:`SLOTS` = 4,096 slots, 100,000 live keys make slots of about 25
+keys.
 
-The number of buckets is part of the state's layout: changing :data:`BUCKETS` needs a new
+**Timers per key** (``resolution_ms``): Spark's timers belong to the grouping key, here the
+bucket. A key's next expiry is rounded *up* to a multiple of ``resolution_ms`` and the key
+is listed under that time in a second map state (time → keys); the bucket gets one timer
+per listed time. When it fires, :meth:`KeyedStates.due` gives the keys listed under it
+whose state still names that time (a key since re-listed under another time, or removed,
+is skipped). A key is thus handled at most ``resolution_ms`` of event time after its own
+expiry, never before it: its state is held that much longer.
+
+The numbers of buckets and slots are part of the state's layout: changing them needs a new
 checkpoint, as changing ``spark.sql.shuffle.partitions`` does.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import zlib
+from typing import Any
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 
-__all__ = ["BUCKET", "BUCKETS", "KeyedStates", "bucket_of", "round_up"]
+__all__ = ["BUCKET", "BUCKETS", "SLOTS", "KeyedStates", "bucket_of", "round_up"]
 
 BUCKETS = 64
 """Buckets per operator: enough to spread over any sensible number of shuffle partitions,
 few enough that the per-bucket cost stays small in a small micro-batch."""
+SLOTS = 64
+"""Slots per bucket (module docstring)."""
 BUCKET = "bucket"
 """The grouping column :func:`bucket_of` is usually given as."""
 
@@ -55,53 +67,70 @@ def round_up(ms: int, resolution_ms: int) -> int:
 
 
 class KeyedStates:
-    """Per-key state within a bucket: a MapState ``name`` from the key (a string) to a JSON
-    text, and, with ``resolution_ms``, each key's next expiry (module docstring).
+    """Per-key states within a bucket (module docstring): map states ``name`` (slot → the
+    JSON object ``{key: [state, listed time]}``) and, with ``resolution_ms``, ``name_due``
+    (time → the keys listed under it).
 
-    Call :meth:`flush` at the end of every ``handleInputRows`` and ``handleExpiredTimer``
-    that changed expiries: it writes the time → keys lists and registers the new timers."""
+    Reads go through a cache of the slots; call :meth:`flush` at the end of every
+    ``handleInputRows`` and ``handleExpiredTimer``: it writes the slots changed, the time →
+    keys lists, and registers the new timers."""
 
     def __init__(
-        self, handle: StatefulProcessorHandle, name: str, *, resolution_ms: int | None = None
+        self,
+        handle: StatefulProcessorHandle,
+        name: str,
+        *,
+        resolution_ms: int | None = None,
+        slots: int = SLOTS,
     ) -> None:
         self._handle = handle
-        self._states = handle.getMapState(name, "key STRING", "json STRING, due LONG")
+        self._slots_state = handle.getMapState(name, "slot INT", "keys STRING")
         self._resolution = resolution_ms
+        self._slot_count = slots
         self._due = (
             None
             if resolution_ms is None
             else handle.getMapState(f"{name}_due", "at LONG", "keys STRING")
         )
-        self._listed: dict[str, int | None] = {}
+        self._slots: dict[int, dict[str, list[Any]]] = {}
+        self._dirty: set[int] = set()
         self._pending: dict[int, set[str]] = {}
 
-    def get(self, key: str) -> str | None:
-        """The key's state, or None."""
-        stored = self._states.getValue((key,))
-        if stored is None:
-            self._listed[key] = None
-            return None
-        self._listed[key] = None if stored[1] is None else int(stored[1])
-        return str(stored[0])
+    def _slot(self, key: str) -> tuple[int, dict[str, list[Any]]]:
+        slot = zlib.crc32(key.encode()) % self._slot_count
+        entries = self._slots.get(slot)
+        if entries is None:
+            stored = self._slots_state.getValue((slot,))
+            entries = {} if stored is None else json.loads(stored[0])
+            self._slots[slot] = entries
+        return slot, entries
 
-    def put(self, key: str, text: str, *, due_ms: int | None = None) -> None:
-        """Store the key's state, handled again once the watermark passes ``due_ms`` (None:
-        no expiry). The key must have been read with :meth:`get` first."""
+    def get(self, key: str) -> Any:
+        """The key's state (JSON-able data), or None."""
+        entry = self._slot(key)[1].get(key)
+        return None if entry is None else entry[0]
+
+    def put(self, key: str, state: Any, *, due_ms: int | None = None) -> None:
+        """Store the key's state (JSON-able, not None), handled again once the watermark
+        passes ``due_ms`` (None: no expiry)."""
+        slot, entries = self._slot(key)
         at = None
         if due_ms is not None:
             if self._resolution is None:
                 raise ValueError("these states have no timers (no resolution_ms)")
             at = round_up(due_ms, self._resolution)
-            if at != self._listed[key]:
+            old = entries.get(key)
+            if old is None or old[1] != at:
                 self._pending.setdefault(at, set()).add(key)
-        self._states.updateValue((key,), (text, at))
-        self._listed[key] = at
+        entries[key] = [state, at]
+        self._dirty.add(slot)
 
     def remove(self, key: str) -> None:
-        self._states.removeKey((key,))
-        self._listed[key] = None
+        slot, entries = self._slot(key)
+        if entries.pop(key, None) is not None:
+            self._dirty.add(slot)
 
-    def due(self, at: int) -> list[tuple[str, str]]:
+    def due(self, at: int) -> list[tuple[str, Any]]:
         """The keys listed under the timer ``at`` that still wait for it, with their
         states. The list is removed: each key must be :meth:`put` again or removed."""
         if self._due is None:
@@ -112,24 +141,36 @@ class KeyedStates:
             return []
         waiting = []
         for key in json.loads(stored[0]):
-            state = self._states.getValue((key,))
-            if state is not None and state[1] == at:
-                waiting.append((key, str(state[0])))
-                self._listed[key] = None  # no longer listed anywhere
+            slot, entries = self._slot(key)
+            entry = entries.get(key)
+            if entry is not None and entry[1] == at:
+                entry[1] = None  # no longer listed anywhere
+                self._dirty.add(slot)
+                waiting.append((key, entry[0]))
         return waiting
 
     def flush(self) -> None:
-        """Write the time → keys lists changed since the last flush; register their
-        timers."""
-        if self._due is None:
-            return
-        for at, keys in sorted(self._pending.items()):
-            stored = self._due.getValue((at,))
-            if stored is None:
-                self._handle.registerTimer(at)
-                listed: Iterable[str] = keys
+        """Write the slots and the time → keys lists changed since the last flush; register
+        the new timers; forget the cache (the next call may be another bucket's)."""
+        for slot in sorted(self._dirty):
+            entries = self._slots[slot]
+            if entries:
+                self._slots_state.updateValue((slot,), (_dumps(entries),))
             else:
-                listed = set(json.loads(stored[0])) | keys
-            self._due.updateValue((at,), (json.dumps(sorted(listed)),))
+                self._slots_state.removeKey((slot,))
+        if self._due is not None:
+            for at, keys in sorted(self._pending.items()):
+                stored = self._due.getValue((at,))
+                if stored is None:
+                    self._handle.registerTimer(at)
+                    listed = keys
+                else:
+                    listed = set(json.loads(stored[0])) | keys
+                self._due.updateValue((at,), (_dumps(sorted(listed)),))
+        self._slots.clear()
+        self._dirty.clear()
         self._pending.clear()
-        self._listed.clear()
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)

@@ -30,7 +30,6 @@ first is held is a duplicate and is ignored.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -48,13 +47,13 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from riverbed.pipelines.buckets import BUCKET, KeyedStates, bucket_of
 from riverbed.pipelines.inputs import WATERMARK_DELAY
 from riverbed.pipelines.intervals import IntervalJoin, IntervalJoinState, LeftRow, RightRow
-from riverbed.pipelines.operators import NO_OUTPUT, OUTPUT_SCHEMA, dumps, with_event_time
+from riverbed.pipelines.operators import OUTPUT_SCHEMA, dumps, with_event_time
 
 __all__ = ["CLICK_WINDOW", "EXPIRY_RESOLUTION_MS", "RunningTotals", "SearchClicks", "build"]
 
 MINUTE_MS = 60_000
 CLICK_WINDOW = IntervalJoin(lower_ms=0, upper_ms=10 * MINUTE_MS)
-EXPIRY_RESOLUTION_MS = 10_000
+EXPIRY_RESOLUTION_MS = 60_000
 """A search id's state is expired at most this much event time after its own expiry."""
 
 EVENT = StructType(
@@ -72,14 +71,6 @@ DELTAS = StructType(
         StructField("searches", LongType(), False),
         StructField("clicked", LongType(), False),
     ]
-)
-_NO_DELTAS = pd.DataFrame(
-    {
-        "window_start": pd.Series(dtype="int64"),
-        "query": pd.Series(dtype=str),
-        "searches": pd.Series(dtype="int64"),
-        "clicked": pd.Series(dtype="int64"),
-    }
 )
 
 
@@ -99,7 +90,7 @@ class SearchClicks(StatefulProcessor):
 
     def _save(self, search_id: str, state: IntervalJoinState, *, stored: bool) -> None:
         if not state.is_empty():
-            self.states.put(search_id, state.to_json(), due_ms=state.next_expiry_ms(self.condition))
+            self.states.put(search_id, state.to_obj(), due_ms=state.next_expiry_ms(self.condition))
         elif stored:
             self.states.remove(search_id)
 
@@ -119,8 +110,8 @@ class SearchClicks(StatefulProcessor):
         watermark = timerValues.getCurrentWatermarkInMs()
         deltas: dict[tuple[int, str], list[int]] = {}
         for search_id, (lefts, rights) in by_id.items():
-            text = self.states.get(search_id)
-            state = IntervalJoinState() if text is None else IntervalJoinState.from_json(text)
+            stored = self.states.get(search_id)
+            state = IntervalJoinState() if stored is None else IntervalJoinState.from_obj(stored)
             new, joined = state.add(self.condition, lefts=lefts, rights=rights)
             for left in new:
                 deltas.setdefault(self._window(left), [0, 0])[0] += 1
@@ -128,39 +119,31 @@ class SearchClicks(StatefulProcessor):
                 if pair.first:
                     deltas.setdefault(self._window(pair.left), [0, 0])[1] += 1
             state.expire(self.condition, watermark)
-            self._save(search_id, state, stored=text is not None)
+            self._save(search_id, state, stored=stored is not None)
         self.states.flush()
-        yield _deltas(deltas)
+        if deltas:  # each frame yielded costs an Arrow batch to the JVM, even an empty one
+            yield pd.DataFrame(
+                [(start, query, n, clicked) for (start, query), (n, clicked) in deltas.items()],
+                columns=["window_start", "query", "searches", "clicked"],
+            )
 
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
     ) -> Iterator[pd.DataFrame]:
         at = expiredTimerInfo.getExpiryTimeInMs()
         watermark = max(timerValues.getCurrentWatermarkInMs(), at)
-        for search_id, text in self.states.due(at):
-            state = IntervalJoinState.from_json(text)
+        for search_id, stored in self.states.due(at):
+            state = IntervalJoinState.from_obj(stored)
             state.expire(self.condition, watermark)
             self._save(search_id, state, stored=True)
         self.states.flush()
-        yield _NO_DELTAS
+        yield from ()  # nothing to emit: an expired search was counted when it came
 
     def _window(self, left: LeftRow) -> tuple[int, str]:
         return (left.ts - left.ts % self.window_ms, str(left.fields["query"]))
 
     def close(self) -> None:
         pass
-
-
-def _deltas(deltas: dict[tuple[int, str], list[int]]) -> pd.DataFrame:
-    if not deltas:
-        return _NO_DELTAS
-    return pd.DataFrame(
-        [
-            (start, query, searches, clicked)
-            for (start, query), (searches, clicked) in deltas.items()
-        ],
-        columns=["window_start", "query", "searches", "clicked"],
-    )
 
 
 class RunningTotals(StatefulProcessor):
@@ -184,10 +167,9 @@ class RunningTotals(StatefulProcessor):
             sums.index.tolist(), sums["searches"].tolist(), sums["clicked"].tolist(), strict=True
         ):
             record_key = dumps({"window_start": int(start), "query": str(query)})
-            stored = self.totals.get(record_key)
-            before = (0, 0) if stored is None else json.loads(stored)
+            before = self.totals.get(record_key) or (0, 0)
             searches, clicked = before[0] + int(searches), before[1] + int(clicked)
-            self.totals.put(record_key, dumps([searches, clicked]))
+            self.totals.put(record_key, [searches, clicked])
             value = {
                 "window_start": int(start),
                 "query": str(query),
@@ -196,7 +178,9 @@ class RunningTotals(StatefulProcessor):
                 "ctr": clicked / searches if searches else 0.0,
             }
             out.append((self.topic, record_key, dumps(value)))
-        yield pd.DataFrame(out, columns=["topic", "key", "value"]) if out else NO_OUTPUT
+        self.totals.flush()
+        if out:
+            yield pd.DataFrame(out, columns=["topic", "key", "value"])
 
     def close(self) -> None:
         pass

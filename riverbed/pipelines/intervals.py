@@ -142,19 +142,16 @@ class IntervalJoinState:
     def is_empty(self) -> bool:
         return not self.lefts and not self.rights
 
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "v": 1,
-                "lefts": [[x.id, x.ts, x.fields, x.matched] for x in self.lefts.values()],
-                "rights": [[x.ts, x.fields] for x in self.rights],
-            },
-            separators=(",", ":"),
-        )
+    def to_obj(self) -> dict[str, Any]:
+        """The state as JSON-able data (:meth:`from_obj` reads it back)."""
+        return {
+            "v": 1,
+            "lefts": [[x.id, x.ts, x.fields, x.matched] for x in self.lefts.values()],
+            "rights": [[x.ts, x.fields] for x in self.rights],
+        }
 
     @classmethod
-    def from_json(cls, text: str) -> IntervalJoinState:
-        data = json.loads(text)
+    def from_obj(cls, data: Any) -> IntervalJoinState:
         if not isinstance(data, dict) or data.get("v") != 1:
             raise ValueError("not an interval join state of version 1")
         lefts = {
@@ -163,3 +160,10 @@ class IntervalJoinState:
         }
         rights = [RightRow(ts=ts, fields=fields) for ts, fields in data["rights"]]
         return cls(lefts, rights)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_obj(), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> IntervalJoinState:
+        return cls.from_obj(json.loads(text))

@@ -119,13 +119,7 @@ CONTRIBUTIONS_SCHEMA = StructType(
 _STATE_SCHEMA = "json STRING"
 
 
-def _empty(schema: StructType) -> pd.DataFrame:
-    return pd.DataFrame({f.name: pd.Series(dtype=object) for f in schema.fields})
-
-
 def _frame(rows: Sequence[tuple[Any, ...]], schema: StructType) -> pd.DataFrame:
-    if not rows:
-        return _empty(schema)
     frame = pd.DataFrame(list(rows), columns=[f.name for f in schema.fields], dtype=object)
     for f in schema.fields:
         if isinstance(f.dataType, LongType):
@@ -200,14 +194,16 @@ class RouteLeftRows(StatefulProcessor):
         routed: list[LeftRow] = []
         for name, own in _by_key(_changes(rows)).items():
             stored = self.states.get(name)
-            state = RowState() if stored is None else RowState.from_obj(json.loads(stored))
+            state = RowState() if stored is None else RowState.from_obj(stored)
             routed.extend(route_left(state, own, self.spec))
-            self.states.put(name, dumps(state.as_json()))
+            self.states.put(name, state.as_json())
+        self.states.flush()
         out = [
             (json_text(r.join_key), r.left_key, None if r.row is None else dumps(r.row))
             for r in routed
         ]
-        yield _frame(out, LEFT_ROWS_SCHEMA)
+        if out:  # each frame yielded costs an Arrow batch to the JVM, even an empty one
+            yield _frame(out, LEFT_ROWS_SCHEMA)
 
     def close(self) -> None:
         pass
@@ -251,14 +247,15 @@ class JoinKeyStage(StatefulProcessor):
             )
         out = []
         for name in sorted(right.keys() | left.keys()):
-            stored = self.states.get(name)
-            state = _join_key_state(None if stored is None else json.loads(stored))
+            state = _join_key_state(self.states.get(name))
             for c in state.apply(
                 json.loads(name), self.spec, right=right.get(name, ()), left=left.get(name, ())
             ):
                 out.append(_contribution_row(c))
-            self.states.put(name, dumps({"right": state.right.as_json(), "left": state.left}))
-        yield _frame(out, CONTRIBUTIONS_SCHEMA)
+            self.states.put(name, {"right": state.right.as_json(), "left": state.left})
+        self.states.flush()
+        if out:
+            yield _frame(out, CONTRIBUTIONS_SCHEMA)
 
     def close(self) -> None:
         pass
@@ -318,7 +315,6 @@ class GroupStage(StatefulProcessor):
         else:
             self.state.save(group_state.to_json())
         if not changed:
-            yield _empty(OUTPUT_SCHEMA)
             return
         value = self.spec.output(group, group_state.total)
         row = (

@@ -15,14 +15,18 @@ from riverbed.pipelines.buckets import KeyedStates, round_up
 class MemoryMapState:
     def __init__(self) -> None:
         self.entries: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self.calls = 0
 
     def getValue(self, key: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        self.calls += 1
         return self.entries.get(key)
 
     def updateValue(self, key: tuple[Any, ...], value: tuple[Any, ...]) -> None:
+        self.calls += 1
         self.entries[key] = value
 
     def removeKey(self, key: tuple[Any, ...]) -> None:
+        self.calls += 1
         self.entries.pop(key, None)
 
 
@@ -48,39 +52,65 @@ class MemoryHandle:
         return due
 
 
-def states(handle: MemoryHandle, resolution_ms: int | None = 10) -> KeyedStates:
-    return KeyedStates(handle, "s", resolution_ms=resolution_ms)  # type: ignore[arg-type]
+def states(handle: MemoryHandle, resolution_ms: int | None = 10, slots: int = 4) -> KeyedStates:
+    return KeyedStates(handle, "s", resolution_ms=resolution_ms, slots=slots)  # type: ignore[arg-type]
 
 
 def test_round_up() -> None:
     assert [round_up(x, 10) for x in (-11, -10, 0, 1, 10, 11)] == [-10, -10, 0, 10, 10, 20]
 
 
-def test_get_put_remove() -> None:
-    s = states(MemoryHandle(), None)
+def test_get_put_remove_across_flushes() -> None:
+    handle = MemoryHandle()
+    s = states(handle, None)
     assert s.get("a") is None
-    s.put("a", '{"x":1}')
-    assert s.get("a") == '{"x":1}'
+    s.put("a", {"x": 1})
+    s.put("b", [1, "é"])
+    assert s.get("a") == {"x": 1}
+    s.flush()
+    s = states(handle, None)  # another task: what was flushed is there
+    assert (s.get("a"), s.get("b")) == ({"x": 1}, [1, "é"])
     s.remove("a")
-    assert s.get("a") is None
+    s.remove("never")
+    s.flush()
+    assert states(handle, None).get("a") is None
     with pytest.raises(ValueError, match="no timers"):
-        s.put("a", "{}", due_ms=5)
+        s.put("a", {}, due_ms=5)
     with pytest.raises(ValueError, match="no timers"):
         s.due(5)
+
+
+def test_a_slot_is_read_and_written_once_per_flush() -> None:
+    handle = MemoryHandle()
+    s = states(handle, None, slots=3)
+    keys = [f"k{i}" for i in range(300)]
+    for key in keys:
+        assert s.get(key) is None
+        s.put(key, key)
+    s.flush()
+    stored = handle.maps["s"]
+    assert len(stored.entries) == 3
+    assert stored.calls == 6  # three reads, three writes, for 300 keys
+    s.remove("k1")
+    for key in keys[2:]:
+        assert s.get(key) == key
+    s.flush()
+    assert stored.calls == 10  # three reads, one write: only k1's slot changed
+    for key in keys:  # a slot left empty is removed
+        s.remove(key)
+    s.flush()
+    assert stored.entries == {}
 
 
 def test_one_timer_per_listed_time_and_stale_listings_skipped() -> None:
     handle = MemoryHandle()
     s = states(handle)
     for key, due in (("a", 1), ("b", 9), ("c", 11)):
-        s.get(key)
         s.put(key, key, due_ms=due)
     s.flush()
     assert handle.timers == {10, 20}
     assert handle.registrations == 2
-    s.get("a")
     s.put("a", "a2", due_ms=25)  # re-listed: the listing under 10 is stale
-    s.get("b")
     s.remove("b")
     s.flush()
     assert handle.timers == {10, 20, 30}
@@ -89,7 +119,6 @@ def test_one_timer_per_listed_time_and_stale_listings_skipped() -> None:
     s.remove("c")
     assert s.due(30) == [("a", "a2")]
     assert s.due(30) == []  # the list is gone
-    s.get("d")
     s.put("d", "d", due_ms=30)
     s.flush()
     assert handle.registrations == 4  # 30 again: its list had been removed
@@ -112,11 +141,10 @@ def test_every_key_is_handled_after_its_expiry_and_within_the_resolution(
     key is put back without expiry. Every key whose expiry the final watermark has passed
     by ``resolution`` is handled, once, never before its expiry."""
     handle = MemoryHandle()
-    s = states(handle, resolution)
+    s = states(handle, resolution, slots=2)
     expiry: dict[str, int] = {}  # the model: keys waiting, and their expiry
     watermark = 0
     for i, (key, due) in enumerate(ops):
-        s.get(key)
         if due is None:
             s.remove(key)
             expiry.pop(key, None)
