@@ -654,6 +654,9 @@ class StateVariable:
     rows: int
     json_bytes: int
     """The size of its rows (key and value) as JSON: the state's payload, roughly."""
+    keys: int | None = None
+    """For the slots of :class:`riverbed.pipelines.buckets.KeyedStates` (a map state whose
+    value is one JSON object, ``keys``): the per-key states they hold."""
 
 
 def state_contents(spark: SparkSession, checkpoint: Path) -> dict[int, list[StateVariable]]:
@@ -674,7 +677,15 @@ def state_contents(spark: SparkSession, checkpoint: Path) -> dict[int, list[Stat
             frame = reader.load(str(checkpoint)).drop("partition_id")
             size = F.length(F.to_json(F.struct(*frame.columns)))
             rows, json_bytes = frame.agg(F.count(F.lit(1)), F.sum(size)).first() or (0, 0)
-            variables.append(StateVariable(name, rows, json_bytes or 0))
+            keys = None
+            if (
+                "user_map_value" in frame.columns
+                and frame.schema["user_map_value"].dataType.simpleString() == "struct<keys:string>"
+            ):
+                blob = F.col("user_map_value.keys")
+                in_slot = F.when(blob.startswith("{"), F.size(F.json_object_keys(blob)))
+                keys = (frame.agg(F.sum(in_slot)).first() or (None,))[0]
+            variables.append(StateVariable(name, rows, json_bytes or 0, keys))
     return found
 
 
@@ -840,7 +851,9 @@ def print_run(label: str, run: Run) -> None:
             flush=True,
         )
         held = ", ".join(
-            f"{v.name} {v.rows:,} rows ({mib(v.json_bytes)} as JSON)"
+            f"{v.name} {v.rows:,} rows"
+            + ("" if v.keys is None else f" holding {v.keys:,} keys' states")
+            + f" ({mib(v.json_bytes)} as JSON)"
             for v in run.contents.get(index, [])
         )
         print(f"    holds: {held}", flush=True)

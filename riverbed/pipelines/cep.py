@@ -419,13 +419,23 @@ class OrderedMatcher:
         timers = [self.buffer.next_release_ms(), self.matcher.next_expiry_ms()]
         return min((t for t in timers if t is not None), default=None)
 
+    def to_obj(self) -> dict[str, Any]:
+        """The state as JSON-able data; :meth:`to_state` is its JSON text."""
+        return {"v": STATE_VERSION, "buffer": self.buffer._dump(), "matcher": self.matcher._dump()}
+
     def to_state(self) -> str:
-        return _encode({"buffer": self.buffer._dump(), "matcher": self.matcher._dump()})
+        return json.dumps(self.to_obj(), separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
-    def from_state(cls, state: str, *, pattern: Pattern, tiebreak_field: str) -> OrderedMatcher:
-        value = _decode(state)
+    def from_obj(cls, value: Any, *, pattern: Pattern, tiebreak_field: str) -> OrderedMatcher:
+        """The matcher :meth:`to_obj` gave ``value`` of."""
+        if not isinstance(value, dict) or value.get("v") != STATE_VERSION:
+            raise ValueError(f"not a version {STATE_VERSION} CEP state: {str(value)[:100]!r}")
         ordered = cls(pattern, tiebreak_field=tiebreak_field)
         ordered.buffer = EventTimeBuffer._load(value["buffer"], tiebreak_field)
         ordered.matcher = Matcher._load(value["matcher"], pattern)
         return ordered
+
+    @classmethod
+    def from_state(cls, state: str, *, pattern: Pattern, tiebreak_field: str) -> OrderedMatcher:
+        return cls.from_obj(_decode(state), pattern=pattern, tiebreak_field=tiebreak_field)

@@ -17,19 +17,21 @@ below the watermark can no longer be put in order (the events after it may alrea
 been matched): it goes to the late topic, keyed by ``late_key_fields``, with a ``reason``
 (:func:`late_reason`); never matched, never silently dropped.
 
-**State.** One ``ValueState`` per key, ``state STRING``: :meth:`OrderedMatcher.to_state`
-(the held events, the watermark, the matcher's partial matches). It is cleared when nothing
-is held: the next event of the key is then at or above the watermark, so a fresh matcher
-behaves as the old one would. The state store is Spark's (RocksDB, checkpointed), so after
-a crash the state and the timers are those of the last committed micro-batch, and the batch
-is replayed from the same input.
+**State.** Per key, :meth:`OrderedMatcher.to_obj` (the held events, the watermark, the
+matcher's partial matches), kept by :class:`riverbed.pipelines.buckets.KeyedStates`: the
+operator groups by a hash bucket of the key (one group per key made PySpark's fixed cost
+per group the bulk of the work). A key's state is removed when nothing is held: the next
+event of the key is then at or above the watermark, so a fresh matcher behaves as the old
+one would. The state store is Spark's (RocksDB, checkpointed), so after a crash the state
+and the timers are those of the last committed micro-batch, and the batch is replayed from
+the same input.
 
-**Timers.** One event-time timer per key, at :meth:`OrderedMatcher.next_timer_ms` of the
-stored state (always later than the watermark): when the watermark reaches it, the
-processor advances the matcher with no events, so held events are released and matched, and
-partial matches expire, even if the key gets no more events. Whenever the stored state's
-timer changes, the old timer is deleted and the new one registered, so the timers a key has
-are exactly the one its state asks for.
+**Timers.** Each key is due at :meth:`OrderedMatcher.next_timer_ms` of its state (always
+later than the watermark), rounded up to :data:`TIMER_RESOLUTION_MS`: when the watermark
+reaches it, the processor advances the key's matcher with no events, so held events are
+released and matched, and partial matches expire, even if the key gets no more events.
+Since the matcher is advanced with the watermark itself, the rounding changes when a match
+is written, never what it is.
 
 **Output.** Rows for the riverbed sink (``topic``, ``key``, ``value``; JSON strings,
 :data:`operators.OUTPUT_SCHEMA`): one per match, as the caller's ``result`` function turns
@@ -53,13 +55,19 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
+from riverbed.pipelines.buckets import BUCKET, KeyedStates, bucket_of
 from riverbed.pipelines.cep import Event, Match, OrderedMatcher, Pattern
 from riverbed.pipelines.operators import OUTPUT_SCHEMA, dumps, output_rows
 
-__all__ = ["EVENT", "PatternMatches", "late_reason", "match_pattern"]
+__all__ = ["EVENT", "KEY", "TIMER_RESOLUTION_MS", "PatternMatches", "late_reason", "match_pattern"]
 
 EVENT = "event"
 """The input column with each event's fields as a JSON object."""
+KEY = "pattern_key"
+"""The input column with each event's key (the ``key_field`` column)."""
+TIMER_RESOLUTION_MS = 1_000
+"""A key's timer is rounded up to this (:mod:`riverbed.pipelines.buckets`): its matches are
+written at most this much event time later than an exact timer would."""
 
 Result = Callable[[Match], tuple[dict[str, Any], dict[str, Any]]]
 """A match's output (key, value), both JSON objects."""
@@ -97,53 +105,54 @@ class PatternMatches(StatefulProcessor):
         self.late_topic, self.late_key_fields = late_topic, list(late_key_fields)
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.handle = handle
-        self.state = handle.getValueState("matcher", "state STRING")
+        self.states = KeyedStates(handle, "matchers", resolution_ms=TIMER_RESOLUTION_MS)
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
-        events = [json.loads(text) for frame in rows for text in frame[EVENT]]
-        yield self._advance(events, timerValues.getCurrentWatermarkInMs(), fired_ms=None)
+        by_key: dict[str, list[Event]] = {}
+        for frame in rows:
+            for value, text in zip(frame[KEY].tolist(), frame[EVENT].tolist(), strict=True):
+                by_key.setdefault(dumps(value), []).append(json.loads(text))
+        watermark = timerValues.getCurrentWatermarkInMs()
+        out: list[tuple[str, str, str]] = []
+        for name, events in by_key.items():
+            out += self._advance(name, self.states.get(name), events, watermark)
+        self.states.flush()
+        if out:  # each frame yielded costs an Arrow batch to the JVM, even an empty one
+            yield output_rows(out)
 
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
     ) -> Iterator[pd.DataFrame]:
-        yield self._advance(
-            [],
-            timerValues.getCurrentWatermarkInMs(),
-            fired_ms=expiredTimerInfo.getExpiryTimeInMs(),
-        )
+        watermark = timerValues.getCurrentWatermarkInMs()
+        out: list[tuple[str, str, str]] = []
+        for name, stored in self.states.due(expiredTimerInfo.getExpiryTimeInMs()):
+            out += self._advance(name, stored, [], watermark)
+        self.states.flush()
+        if out:
+            yield output_rows(out)
 
     def close(self) -> None:
         pass
 
-    def _load(self) -> OrderedMatcher:
-        stored = self.state.get() if self.state.exists() else None
-        if stored is None:
-            return OrderedMatcher(self.pattern, tiebreak_field=self.tiebreak_field)
-        return OrderedMatcher.from_state(
-            str(stored[0]), pattern=self.pattern, tiebreak_field=self.tiebreak_field
-        )
-
     def _advance(
-        self, events: Iterable[Event], watermark_ms: int, *, fired_ms: int | None
-    ) -> pd.DataFrame:
-        """Advance the key's matcher, store it, keep its timer; the output rows.
-        ``fired_ms``: the timer being handled (Spark deletes it afterwards)."""
-        ordered = self._load()
-        before = ordered.next_timer_ms()
+        self, name: str, stored: Any, events: Iterable[Event], watermark_ms: int
+    ) -> list[tuple[str, str, str]]:
+        """Advance the key's matcher, store it, list it for its next timer; the output
+        rows."""
+        if stored is None:
+            ordered = OrderedMatcher(self.pattern, tiebreak_field=self.tiebreak_field)
+        else:
+            ordered = OrderedMatcher.from_obj(
+                stored, pattern=self.pattern, tiebreak_field=self.tiebreak_field
+            )
         matched = ordered.advance(events, watermark_ms=watermark_ms)
         after = ordered.next_timer_ms()
-        if after != before:
-            if before is not None and before != fired_ms:
-                self.handle.deleteTimer(before)
-            if after is not None:
-                self.handle.registerTimer(after)
         if after is None:
-            self.state.clear()  # nothing held (module docstring)
+            self.states.remove(name)  # nothing held (module docstring)
         else:
-            self.state.update((ordered.to_state(),))
+            self.states.put(name, ordered.to_obj(), due_ms=after)
         out = []
         for match in matched.matches:
             result_key, value = self.result(match)
@@ -151,10 +160,10 @@ class PatternMatches(StatefulProcessor):
         reached = ordered.buffer.watermark_ms  # what the late events were compared with
         assert reached is not None  # set by advance
         for event in matched.late:
-            late_key = {name: event.get(name) for name in self.late_key_fields}
+            late_key = {field: event.get(field) for field in self.late_key_fields}
             value = {**event, "reason": late_reason(event["ts"], reached)}
             out.append((self.late_topic, dumps(late_key), dumps(value)))
-        return output_rows(out)
+        return out
 
 
 def match_pattern(
@@ -164,9 +173,11 @@ def match_pattern(
     integer ``ts`` and the tie-break field), grouped by ``processor.key_field``; the events
     the processor holds and writes are their ``event_fields``."""
     packed = events.select(
-        F.col(processor.key_field),
+        F.col(processor.key_field).alias(KEY),
         F.to_json(F.struct(*event_fields), {"ignoreNullFields": "false"}).alias(EVENT),
     )
-    return packed.groupBy(processor.key_field).transformWithStateInPandas(
-        processor, OUTPUT_SCHEMA, "append", "EventTime"
+    return (
+        packed.withColumn(BUCKET, bucket_of(KEY))
+        .groupBy(BUCKET)
+        .transformWithStateInPandas(processor, OUTPUT_SCHEMA, "append", "EventTime")
     )

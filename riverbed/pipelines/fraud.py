@@ -10,7 +10,7 @@ counts every decline since the previous approval that is at most 10 minutes olde
 the approval. Event-time order is ``(ts, payment_id)``: of two payments with the same
 ``ts`` the one with the smaller ``payment_id`` comes first.
 
-The operator is :class:`riverbed.pipelines.cep_operator.PatternMatches`, grouped by
+The operator is :class:`riverbed.pipelines.cep_operator.PatternMatches`, keyed by
 ``card_id``, watermark 2 minutes: a card's payments are matched once the watermark has
 passed them, in event-time order, so an alert is written about 2 minutes (event time)
 after its approval, once. A payment that arrives below the watermark is too late to be put

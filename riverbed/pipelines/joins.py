@@ -170,16 +170,24 @@ class VersionedRow:
             self._positions.difference_update(v.position for v in self._versions[:i])
             del self._versions[:i]
 
+    def to_obj(self) -> list[list[Json]]:
+        """The versions as JSON-able data; :meth:`to_json` is its JSON text."""
+        return [[v.ts_ms, *v.position, v.row] for v in self._versions]
+
+    @classmethod
+    def from_obj(cls, data: list[list[Json]]) -> VersionedRow:
+        """The state that :meth:`to_obj` gave (trusted: it is the operator's own)."""
+        return cls(
+            Version(ts_ms=ts, position=SourcePosition(commit_lsn, lsn), row=row)
+            for ts, commit_lsn, lsn, row in data
+        )
+
     def to_json(self) -> str:
-        return _dumps([[v.ts_ms, *v.position, v.row] for v in self._versions])
+        return _dumps(self.to_obj())
 
     @classmethod
     def from_json(cls, text: str) -> VersionedRow:
-        """The state that :meth:`to_json` wrote (trusted: it is the operator's own)."""
-        return cls(
-            Version(ts_ms=ts, position=SourcePosition(commit_lsn, lsn), row=row)
-            for ts, commit_lsn, lsn, row in json.loads(text)
-        )
+        return cls.from_obj(json.loads(text))
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,18 +20,21 @@ the shuffle; truncates (key ``{}``, no table key) are not supported and ignored,
 they would have to reach every key's state. Events without an id or a time are left out;
 events without a table key are emitted with nulls and not kept.
 
-**State, per table key** (Spark's RocksDB state store, checkpointed with the query):
+**State, per table key** (Spark's RocksDB state store, checkpointed with the query), kept by
+:class:`riverbed.pipelines.buckets.KeyedStates`: the operator groups by a hash bucket of
+the table key (one group per user made PySpark's fixed cost per group the bulk of the
+work), and a key's state is one JSON object in a slot of its bucket:
 
-- ``table``: the key's :class:`~riverbed.pipelines.joins.VersionedRow` (its versions by
-  change time, as JSON), ``history_from`` (after a prune that dropped versions: the time of
-  the oldest version kept, below which lookups are no longer exact) and ``prune_at`` (the
-  key's one timer);
-- ``events``: id -> (ts, event JSON), the events emitted that a late change may correct.
+- ``versions``: the key's :class:`~riverbed.pipelines.joins.VersionedRow` (its versions by
+  change time) and ``history_from`` (after a prune that dropped versions: the time of the
+  oldest version kept, below which lookups are no longer exact);
+- ``events``: id -> (ts, event), the events emitted that a late change may correct.
 
 **Retention, and what is late.** Event time (EventTime mode) is the events' ``ts`` and the
 changes' ``source.ts_ms``; the watermark follows both. The *horizon* is the watermark minus
 ``retention_ms``. Everything is kept for corrections until the horizon passes its time:
-then, at the key's timer (the earliest time something becomes prunable), the events below
+then, at the key's timer (the earliest time something becomes prunable, rounded up to
+:data:`PRUNE_RESOLUTION_MS`), the events below
 the horizon are forgotten (their answer is final) and so are the versions no lookup at or
 after it needs (:meth:`~riverbed.pipelines.joins.VersionedRow.prune`: every version before
 the latest one at or below the horizon). A key's state shrinks to its current row (or its
@@ -54,8 +57,8 @@ unless the event itself arrives twice).
 **Crash behaviour.** The state and the output rows of a micro-batch are committed together
 (the state store version and the sink's transaction of the batch); after a crash Spark runs
 the batch again from the previous state with the same input and watermark, so it emits the
-same rows. Cost: a batch that brings changes of a key reads the key's kept events, so
-``O(events of the key within the retention)``; other batches only write.
+same rows. Cost: a batch reads and writes the slots of the keys it brings, each slot the
+state of about a 16,384th of the keys (:data:`SLOTS_PER_BUCKET` slots per bucket).
 """
 
 from __future__ import annotations
@@ -65,7 +68,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -77,10 +79,10 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 from pyspark.sql.types import StructType
 
+from riverbed.pipelines.buckets import BUCKET, KeyedStates, bucket_of
 from riverbed.pipelines.changelog import Change, MalformedChange, Row, parse_change
 from riverbed.pipelines.joins import Version, VersionedRow
 from riverbed.pipelines.operators import (
-    NO_OUTPUT,
     OUTPUT_SCHEMA,
     dumps,
     output_rows,
@@ -91,7 +93,8 @@ __all__ = ["AsOfJoin", "as_of_join"]
 
 # The columns of the operator's input (as_of_join), besides the table key. Not "_..."
 # names: the pandas frames of transformWithStateInPandas rename those to _1, _2, ...
-EVENT_ID, EVENT_TS, EVENT, CHANGE_KEY, CHANGE_VALUE = (
+KEY, EVENT_ID, EVENT_TS, EVENT, CHANGE_KEY, CHANGE_VALUE = (
+    "as_of_key",
     "as_of_event_id",
     "as_of_event_ts",
     "as_of_event",
@@ -99,13 +102,39 @@ EVENT_ID, EVENT_TS, EVENT, CHANGE_KEY, CHANGE_VALUE = (
     "as_of_change_value",
 )
 _OutRow = tuple[str, str, str | None]
+PRUNE_RESOLUTION_MS = 60_000
+"""By default, a key's state is pruned at most this much event time after it could be."""
+SLOTS_PER_BUCKET = 256
+"""More slots than :data:`~riverbed.pipelines.buckets.SLOTS`: every table key has a state
+(a user's profile versions), so the slots are large, and a small micro-batch should not
+rewrite much more than it changes."""
 
 
 @dataclass(slots=True, kw_only=True)
-class _TableState:
+class _KeyState:
+    """One table key's state: its versions, ``history_from``, and the events kept for
+    correction (id -> (ts, event))."""
+
     versions: VersionedRow
     history_from: int | None
-    prune_at: int | None
+    events: dict[str, tuple[int, Row]]
+
+    @classmethod
+    def from_obj(cls, data: Any) -> _KeyState:
+        if data is None:
+            return cls(versions=VersionedRow(), history_from=None, events={})
+        return cls(
+            versions=VersionedRow.from_obj(data["versions"]),
+            history_from=data["history_from"],
+            events={i: (int(ts), event) for i, (ts, event) in data["events"].items()},
+        )
+
+    def to_obj(self) -> dict[str, Any]:
+        return {
+            "versions": self.versions.to_obj(),
+            "history_from": self.history_from,
+            "events": {i: [ts, event] for i, (ts, event) in self.events.items()},
+        }
 
 
 class AsOfJoin(StatefulProcessor):
@@ -123,20 +152,21 @@ class AsOfJoin(StatefulProcessor):
         topic: str,
         late_topic: str,
         retention_ms: int,
+        prune_resolution_ms: int = PRUNE_RESOLUTION_MS,
     ) -> None:
         if retention_ms <= 0:
             raise ValueError(f"retention_ms must be positive, not {retention_ms}")
+        if prune_resolution_ms <= 0:
+            raise ValueError(f"prune_resolution_ms must be positive, not {prune_resolution_ms}")
         self.id_field, self.ts_field = id_field, ts_field
         self.columns = list(columns)
         self.topic, self.late_topic = topic, late_topic
-        self.retention_ms = retention_ms
+        self.retention_ms, self.prune_resolution_ms = retention_ms, prune_resolution_ms
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.handle = handle
-        self.table = handle.getValueState(
-            "table", "versions STRING, history_from LONG, prune_at LONG"
+        self.states = KeyedStates(
+            handle, "keys", resolution_ms=self.prune_resolution_ms, slots=SLOTS_PER_BUCKET
         )
-        self.events = handle.getMapState("events", "id STRING", "ts LONG, event STRING")
 
     # -- Spark's callbacks ---------------------------------------------------------------
 
@@ -144,52 +174,44 @@ class AsOfJoin(StatefulProcessor):
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
         batch = pd.concat(list(rows), ignore_index=True)
-        events = _events(batch)
-        if _plain(key[0]) is None:  # no table key: nothing to join with, nothing to correct
-            yield output_rows([self._joined(event, None) for _, _, event in events])
-            return
         watermark = timerValues.getCurrentWatermarkInMs()
         horizon = watermark - self.retention_ms
-        state = self._load()
         out: list[_OutRow] = []
-        changes = _changes(batch, self.columns)
-        if changes:
-            fresh = {event_id for event_id, _, _ in events}
-            out += self._apply(state, changes, fresh, watermark, horizon)
-        earliest: int | None = None
-        for event_id, ts, event in events:
-            out.append(self._joined(event, state.versions.as_of(ts)))
-            if ts < horizon:
-                out.append(self._late_event(event, ts, state, watermark))
-            else:
-                self.events.updateValue((event_id,), (ts, dumps(event)))
-                earliest = ts if earliest is None else min(earliest, ts)
-        self._schedule(state, earliest, watermark)
-        self._save(state)
-        yield output_rows(out)
+        for table_key, (events, changes) in _by_key(batch, self.columns).items():
+            if table_key is None:  # no table key: nothing to join with, nothing to correct
+                out += [self._joined(event, None) for _, _, event in events]
+                continue
+            state = _KeyState.from_obj(self.states.get(table_key))
+            if changes:
+                fresh = {event_id for event_id, _, _ in events}
+                out += self._apply(state, changes, fresh, watermark, horizon)
+            for event_id, ts, event in events:
+                out.append(self._joined(event, state.versions.as_of(ts)))
+                if ts < horizon:
+                    out.append(self._late_event(event, ts, state, watermark))
+                else:
+                    state.events[event_id] = (ts, event)
+            self._save(table_key, state, watermark)
+        self.states.flush()
+        if out:  # each frame yielded costs an Arrow batch to the JVM, even an empty one
+            yield output_rows(out)
 
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
     ) -> Iterator[pd.DataFrame]:
-        """Forget what the horizon has passed, and set the timer for what comes next."""
+        """Forget what the horizon has passed, and list the keys for what comes next."""
         watermark = timerValues.getCurrentWatermarkInMs()
         horizon = watermark - self.retention_ms
-        state = self._load()
-        kept = [(str(k[0]), int(v[0])) for k, v in self.events.iterator()]
-        earliest: int | None = None
-        for event_id, ts in kept:
-            if ts < horizon:
-                self.events.removeKey((event_id,))
-            else:
-                earliest = ts if earliest is None else min(earliest, ts)
-        before = len(state.versions)
-        state.versions.prune(horizon)
-        if len(state.versions) < before:
-            state.history_from = state.versions.versions[0].ts_ms
-        state.prune_at = None  # this timer has fired
-        self._schedule(state, earliest, watermark)
-        self._save(state)
-        yield NO_OUTPUT
+        for table_key, stored in self.states.due(expiredTimerInfo.getExpiryTimeInMs()):
+            state = _KeyState.from_obj(stored)
+            state.events = {i: e for i, e in state.events.items() if e[0] >= horizon}
+            before = len(state.versions)
+            state.versions.prune(horizon)
+            if len(state.versions) < before:
+                state.history_from = state.versions.versions[0].ts_ms
+            self._save(table_key, state, watermark)
+        self.states.flush()
+        yield from ()  # forgetting writes nothing
 
     def close(self) -> None:
         pass
@@ -198,7 +220,7 @@ class AsOfJoin(StatefulProcessor):
 
     def _apply(
         self,
-        state: _TableState,
+        state: _KeyState,
         changes: list[tuple[Change, Version]],
         fresh: set[str],
         watermark: int,
@@ -206,9 +228,9 @@ class AsOfJoin(StatefulProcessor):
     ) -> list[_OutRow]:
         """Add a batch's versions; the corrected events and the late changes' reports."""
         kept = [
-            (str(k[0]), int(v[0]), str(v[1]))
-            for k, v in self.events.iterator()
-            if str(k[0]) not in fresh  # joined again below anyway
+            (event_id, ts, event)
+            for event_id, (ts, event) in state.events.items()
+            if event_id not in fresh  # joined again below anyway
         ]
         lookups = [(event_id, ts) for event_id, ts, _ in kept]
         before = VersionedRow(state.versions.versions)
@@ -218,18 +240,18 @@ class AsOfJoin(StatefulProcessor):
             touched.update(state.versions.changed_by(version, lookups))
             if state.versions.add(version) and version.ts_ms < horizon:
                 out.append(self._late_change(change, version, watermark, horizon))
-        for event_id, ts, text in kept:
+        for event_id, ts, event in kept:
             if event_id in touched:
                 row = state.versions.as_of(ts)
                 if row != before.as_of(ts):
-                    out.append(self._joined(json.loads(text), row))
+                    out.append(self._joined(event, row))
         return out
 
     def _joined(self, event: Row, row: Row | None) -> _OutRow:
         profile = {name: None if row is None else row.get(name) for name in self.columns}
         return self.topic, dumps({self.id_field: event[self.id_field]}), dumps(event | profile)
 
-    def _late_event(self, event: Row, ts: int, state: _TableState, watermark: int) -> _OutRow:
+    def _late_event(self, event: Row, ts: int, state: _KeyState, watermark: int) -> _OutRow:
         reason = (
             f"{self.ts_field} {ts} is more than {self.retention_ms} ms behind the watermark "
             f"{watermark}: joined with the history kept, not corrected by later changes"
@@ -260,69 +282,50 @@ class AsOfJoin(StatefulProcessor):
 
     # -- state ---------------------------------------------------------------------------
 
-    def _load(self) -> _TableState:
-        stored = self.table.get()
-        if stored is None:
-            return _TableState(versions=VersionedRow(), history_from=None, prune_at=None)
-        versions, history_from, prune_at = stored
-        return _TableState(
-            versions=VersionedRow.from_json(versions),
-            history_from=_optional_int(history_from),
-            prune_at=_optional_int(prune_at),
-        )
-
-    def _save(self, state: _TableState) -> None:
-        self.table.update((state.versions.to_json(), state.history_from, state.prune_at))
-
-    def _schedule(self, state: _TableState, earliest_event: int | None, watermark: int) -> None:
-        """Keep the key's one timer at the earliest time the horizon passes something: an
-        event kept, or the second version (then the first is no longer needed); not
+    def _save(self, table_key: str, state: _KeyState, watermark: int) -> None:
+        """Store the key's state, due at the earliest time the horizon passes something:
+        an event kept, or the second version (then the first is no longer needed); not
         before the next watermark (a late change can make a version prunable already)."""
-        times = [] if earliest_event is None else [earliest_event]
+        times = [ts for ts, _ in state.events.values()]
         if len(state.versions) > 1:
             times.append(state.versions.versions[1].ts_ms)
-        if not times:
-            return
-        due = max(min(times) + self.retention_ms + 1, watermark + 1)  # horizon past it
-        if state.prune_at is not None and state.prune_at <= due:
-            return
-        if state.prune_at is not None:
-            self.handle.deleteTimer(state.prune_at)
-        self.handle.registerTimer(due)
-        state.prune_at = due
+        due = None
+        if times:
+            due = max(min(times) + self.retention_ms + 1, watermark + 1)  # horizon past it
+        self.states.put(table_key, state.to_obj(), due_ms=due)
 
 
-def _events(batch: pd.DataFrame) -> list[tuple[str, int, Row]]:
-    """The batch's events with an id and a time, (id, ts, event), the last of each id."""
-    rows = batch[batch[EVENT].notna() & batch[EVENT_ID].notna() & batch[EVENT_TS].notna()]
-    by_id: dict[str, tuple[str, int, Row]] = {}
-    for event_id, ts, text in zip(rows[EVENT_ID], rows[EVENT_TS], rows[EVENT], strict=True):
-        by_id[str(event_id)] = (str(event_id), int(ts), json.loads(text))
-    return list(by_id.values())
-
-
-def _changes(batch: pd.DataFrame, columns: Sequence[str]) -> list[tuple[Change, Version]]:
-    """The batch's well-formed changes that make a version (tombstones and truncates do not)."""
-    rows = batch[batch[CHANGE_VALUE].notna()]
-    out = []
-    for key, value in zip(rows[CHANGE_KEY], rows[CHANGE_VALUE], strict=True):
-        try:
-            change = parse_change(None if key is None else str(key).encode(), str(value).encode())
-        except MalformedChange:
-            continue  # not a change of the contract: left out, as other operators do
-        version = Version.of(change, columns)
-        if version is not None:
-            out.append((change, version))
-    return out
-
-
-def _optional_int(value: Any) -> int | None:
-    return None if value is None or pd.isna(value) else int(value)
-
-
-def _plain(value: Any) -> Any:
-    """A numpy scalar as the Python value JSON can encode."""
-    return value.item() if isinstance(value, np.generic) else value
+def _by_key(
+    batch: pd.DataFrame, columns: Sequence[str]
+) -> dict[str | None, tuple[list[tuple[str, int, Row]], list[tuple[Change, Version]]]]:
+    """The batch's rows by table key: its events with an id and a time, (id, ts, event),
+    the last of each id; and its well-formed changes that make a version (tombstones and
+    truncates do not; a change without a table key is left out)."""
+    events: dict[str | None, dict[str, tuple[str, int, Row]]] = {}
+    changes: dict[str | None, list[tuple[Change, Version]]] = {}
+    for table_key, event_id, ts, text, change_key, change_value in zip(
+        *(batch[c].tolist() for c in (KEY, EVENT_ID, EVENT_TS, EVENT, CHANGE_KEY, CHANGE_VALUE)),
+        strict=True,
+    ):
+        key = table_key if isinstance(table_key, str) else None
+        if isinstance(text, str):
+            if isinstance(event_id, str) and ts is not None and not pd.isna(ts):
+                events.setdefault(key, {})[event_id] = (event_id, int(ts), json.loads(text))
+        elif isinstance(change_value, str) and key is not None:
+            try:
+                change = parse_change(
+                    change_key.encode() if isinstance(change_key, str) else None,
+                    change_value.encode(),
+                )
+            except MalformedChange:
+                continue  # not a change of the contract: left out, as other operators do
+            version = Version.of(change, columns)
+            if version is not None:
+                changes.setdefault(key, []).append((change, version))
+    return {
+        key: (list(events.get(key, {}).values()), changes.get(key, []))
+        for key in events.keys() | changes.keys()
+    }
 
 
 def as_of_join(
@@ -363,7 +366,7 @@ def as_of_join(
     rows = parsed.select(
         F.when(F.col("is_event"), event[key_column].cast("string"))
         .otherwise(F.get_json_object(F.col(CHANGE_KEY), f"$.{key_column}"))
-        .alias(key_column),
+        .alias(KEY),
         event[processor.id_field].cast("string").alias(EVENT_ID),
         event[processor.ts_field].cast("long").alias(EVENT_TS),
         F.when(F.col("is_event"), F.to_json(event, {"ignoreNullFields": "false"})).alias(EVENT),
@@ -372,6 +375,8 @@ def as_of_join(
         F.coalesce(event[processor.ts_field].cast("long"), change_time).alias("as_of_time"),
     )
     timed = with_event_time(rows, delay, "as_of_time").drop("as_of_time")
-    return timed.groupBy(key_column).transformWithStateInPandas(
-        processor, OUTPUT_SCHEMA, "append", "EventTime"
+    return (
+        timed.withColumn(BUCKET, bucket_of(KEY))
+        .groupBy(BUCKET)
+        .transformWithStateInPandas(processor, OUTPUT_SCHEMA, "append", "EventTime")
     )

@@ -442,8 +442,11 @@ def alerts_of(
         late += out.late
         if i < len(round_trips) and round_trips[i]:
             state = matcher.to_state()
+            as_obj = json.loads(json.dumps(matcher.to_obj()))
             matcher = OrderedMatcher.from_state(state, pattern=FRAUD, tiebreak_field="payment_id")
             assert matcher.to_state() == state
+            again = OrderedMatcher.from_obj(as_obj, pattern=FRAUD, tiebreak_field="payment_id")
+            assert again.to_state() == state
     previous = None
     while (timer := matcher.next_timer_ms()) is not None:
         assert previous is None or timer > previous  # each timer releases or expires events

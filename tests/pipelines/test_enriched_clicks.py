@@ -29,6 +29,7 @@ from riverbed.pipelines.temporal_join import (
     EVENT,
     EVENT_ID,
     EVENT_TS,
+    KEY,
     AsOfJoin,
 )
 from tests.conftest import BrokerProcess
@@ -126,10 +127,13 @@ def enriched(click: dict[str, Any], users: list[tuple[int, bytes, bytes | None]]
 RETENTION = 10_000
 
 
+BUCKET_U1, BUCKET_NONE = 3, 5  # the tester groups by what it is given
+
+
 def processor() -> AsOfJoin:
     return AsOfJoin(
         id_field="click_id", ts_field="ts", columns=PROFILE, topic="out", late_topic="late",
-        retention_ms=RETENTION,
+        retention_ms=RETENTION, prune_resolution_ms=1,
     )  # fmt: skip
 
 
@@ -143,17 +147,23 @@ def batch(
 ) -> pd.DataFrame:
     """The operator's input for one user: clicks and the records of a fake capture."""
     rows = [
-        {"user_id": user, EVENT_ID: c, EVENT_TS: ts, CHANGE_KEY: None, CHANGE_VALUE: None,
+        {KEY: user, EVENT_ID: c, EVENT_TS: ts, CHANGE_KEY: None, CHANGE_VALUE: None,
          EVENT: json.dumps({"click_id": c, "user_id": user, "ts": ts})}
         for c, ts in clicks
     ]  # fmt: skip
     for _, key, value in [] if users is None else users.records:
         rows.append(
-            {"user_id": user, EVENT_ID: None, EVENT_TS: None, EVENT: None,
+            {KEY: user, EVENT_ID: None, EVENT_TS: None, EVENT: None,
              CHANGE_KEY: key.decode(), CHANGE_VALUE: None if value is None else value.decode()}
         )  # fmt: skip
-    return pd.DataFrame(rows, columns=["user_id", EVENT_ID, EVENT_TS, EVENT, CHANGE_KEY,
+    return pd.DataFrame(rows, columns=[KEY, EVENT_ID, EVENT_TS, EVENT, CHANGE_KEY,
                                        CHANGE_VALUE])  # fmt: skip
+
+
+def kept(t: TwsTester, bucket: int) -> dict[str, tuple[dict[str, Any], int | None]]:
+    """The states of a bucket's keys: key -> (state, the time it is listed under)."""
+    slots = t.peekMapState("keys", bucket)
+    return {k: (v[0], v[1]) for (text,) in slots.values() for k, v in json.loads(text).items()}
 
 
 def out(result: pd.DataFrame) -> list[tuple[str, Any, Any]]:
@@ -184,32 +194,33 @@ def test_clicks_join_the_profile_as_of_their_time_and_late_changes_correct_them(
     users.snapshot(1_000, [row("ann", "gold")])
     # A click before the snapshot's time, one at it, one after.
     got = t.testInPandas(
-        "u1", batch("u1", clicks=[("c0", 999), ("c1", 1_000), ("c2", 1_500)], users=users)
+        BUCKET_U1, batch("u1", clicks=[("c0", 999), ("c1", 1_000), ("c2", 1_500)], users=users)
     )
     assert answers(got) == {"c0": (None, None), "c1": ("ann", "gold"), "c2": ("ann", "gold")}
     # Late: an update at 1200 corrects c2 only; an update of the email alone corrects none.
     late = Users(lsn=users.lsn)
     late.transaction(1_200, [("u", "u1", row("ann", "silver"))])
     late.transaction(1_300, [("u", "u1", {**row("ann", "silver"), "email": "new@x"})])
-    assert answers(t.testInPandas("u1", batch("u1", users=late))) == {"c2": ("ann", "silver")}
+    assert answers(t.testInPandas(BUCKET_U1, batch("u1", users=late))) == {"c2": ("ann", "silver")}
     # The same changes again (a replay): nothing. A delete (and its tombstone), a click
     # after it, a re-creation and a click at exactly its time; two updates in one
     # transaction: the later position wins.
-    assert out(t.testInPandas("u1", batch("u1", users=late))) == []
+    assert out(t.testInPandas(BUCKET_U1, batch("u1", users=late))) == []
     more = Users(lsn=late.lsn)
     more.transaction(2_000, [("d", "u1", None)])
     more.transaction(3_000, [("c", "u1", row("bob", "new")), ("u", "u1", row("bob", "vip"))])
-    got = t.testInPandas("u1", batch("u1", clicks=[("c3", 2_500), ("c4", 3_000)], users=more))
+    got = t.testInPandas(BUCKET_U1, batch("u1", clicks=[("c3", 2_500), ("c4", 3_000)], users=more))
     assert answers(got) == {"c3": (None, None), "c4": ("bob", "vip")}
     # A late delete before c2: c2 loses its profile (c3 and c4 are not changed).
     gone = Users(lsn=more.lsn)
     gone.transaction(1_400, [("d", "u1", None)])
-    assert answers(t.testInPandas("u1", batch("u1", users=gone))) == {"c2": (None, None)}
+    assert answers(t.testInPandas(BUCKET_U1, batch("u1", users=gone))) == {"c2": (None, None)}
     # A click without a user: nulls, nothing kept.
-    got = t.testInPandas(None, batch(None, clicks=[("c5", 2_000)]))
+    got = t.testInPandas(BUCKET_NONE, batch(None, clicks=[("c5", 2_000)]))
     assert out(got) == [("out", "c5", {"click_id": "c5", "user_id": None, "ts": 2_000, "name": None,
                                         "country": None, "tier": None})]  # fmt: skip
-    assert t.peekValueState("table", None) is None
+    assert kept(t, BUCKET_NONE) == {}
+    assert list(kept(t, BUCKET_U1)) == ["u1"]
 
 
 def test_retention_forgets_what_the_horizon_passed_and_reports_late_inputs() -> None:
@@ -218,18 +229,19 @@ def test_retention_forgets_what_the_horizon_passed_and_reports_late_inputs() -> 
     users.snapshot(1_000, [row("ann", "gold")])
     users.transaction(5_000, [("u", "u1", row("ann", "silver"))])
     users.transaction(30_000, [("u", "u1", row("ann", "bronze"))])
-    t.testInPandas("u1", batch("u1", clicks=[("c1", 6_000), ("c2", 31_000)], users=users))
-    assert len(t.peekMapState("events", "u1")) == 2
+    t.testInPandas(BUCKET_U1, batch("u1", clicks=[("c1", 6_000), ("c2", 31_000)], users=users))
+    assert len(kept(t, BUCKET_U1)["u1"][0]["events"]) == 2
     # At watermark 16_000 the horizon is 6_000: c1 (at 6_000) is kept; at 17_002 it goes.
     assert out(t.setWatermark(16_000)) == []
-    assert len(t.peekMapState("events", "u1")) == 2
+    assert len(kept(t, BUCKET_U1)["u1"][0]["events"]) == 2
     t.setWatermark(17_002)
-    assert list(t.peekMapState("events", "u1")) == [("c2",)]
-    versions, history_from, _ = t.peekValueState("table", "u1")
-    assert [v[0] for v in json.loads(versions)] == [5_000, 30_000] and history_from == 5_000
+    state, _ = kept(t, BUCKET_U1)["u1"]
+    assert list(state["events"]) == ["c2"]
+    assert [v[0] for v in state["versions"]] == [5_000, 30_000]
+    assert state["history_from"] == 5_000
     # A click older than the horizon: joined with the history kept (exact at 6_500, not
     # at 4_000, which needed the snapshot's version), not kept, and reported.
-    got = out(t.testInPandas("u1", batch("u1", clicks=[("old1", 6_500), ("old2", 4_000)])))
+    got = out(t.testInPandas(BUCKET_U1, batch("u1", clicks=[("old1", 6_500), ("old2", 4_000)])))
     assert [(topic, c) for topic, c, _ in got] == [
         ("out", "old1"),
         ("late", "old1"),
@@ -239,20 +251,19 @@ def test_retention_forgets_what_the_horizon_passed_and_reports_late_inputs() -> 
     assert got[0][2]["tier"] == "silver" and "may be wrong" not in got[1][2]["reason"]
     assert "ts 6500 is more than 10000 ms behind the watermark 17002" in got[1][2]["reason"]
     assert "the history before 5000 was discarded" in got[3][2]["reason"]
-    assert list(t.peekMapState("events", "u1")) == [("c2",)]
+    assert list(kept(t, BUCKET_U1)["u1"][0]["events"]) == ["c2"]
     # A change older than the horizon: applied (no click kept is at its time), reported.
     late = Users(lsn=users.lsn)
     late.transaction(6_800, [("u", "u1", row("ann", "platinum"))])
-    got = out(t.testInPandas("u1", batch("u1", users=late)))
+    got = out(t.testInPandas(BUCKET_U1, batch("u1", users=late)))
     assert len(got) == 1 and got[0][0] == "late"
     assert got[0][1]["user_id"] == "u1" and got[0][2]["source_ts_ms"] == 6_800
     assert "change at 6800 is more than 10000 ms behind" in got[0][2]["reason"]
     # Once the horizon passes every click and version but the last: the current row only.
     t.setWatermark(30_000 + RETENTION + 2_000)
-    assert list(t.peekMapState("events", "u1")) == []
-    versions, history_from, prune_at = t.peekValueState("table", "u1")
-    assert [v[0] for v in json.loads(versions)] == [30_000]
-    assert history_from == 30_000 and prune_at is None
+    state, listed = kept(t, BUCKET_U1)["u1"]
+    assert state["events"] == {} and [v[0] for v in state["versions"]] == [30_000]
+    assert state["history_from"] == 30_000 and listed is None  # nothing left to prune
 
 
 # -- the pipeline in Spark ---------------------------------------------------------------

@@ -19,6 +19,7 @@ import pandas as pd
 from confluent_kafka import Producer
 from pyspark.sql.streaming.tws_tester import TwsTester
 
+from riverbed.pipelines.cep_operator import KEY, TIMER_RESOLUTION_MS
 from riverbed.pipelines.fraud import alerts_processor
 from tests.conftest import BrokerProcess
 from tests.pipelines.support import (
@@ -162,7 +163,7 @@ NEVER_LATE = 2**62  # the tester's own late filter off: the processor decides (w
 
 def rows(*events: Payment) -> pd.DataFrame:
     return pd.DataFrame(
-        {"card_id": [e["card_id"] for e in events], "event": [json.dumps(e) for e in events]}
+        {KEY: [e["card_id"] for e in events], "event": [json.dumps(e) for e in events]}
     )
 
 
@@ -183,26 +184,45 @@ def records(frame: pd.DataFrame) -> list[tuple[str, dict[str, Any], dict[str, An
     return [(t, json.loads(k), json.loads(v)) for t, k, v in frame.itertuples(index=False)]
 
 
-def test_processor_keeps_one_timer_and_sends_late_payments_aside() -> None:
+BUCKET_OF_C1 = 7  # the tester groups by what it is given; Spark would compute the bucket
+
+
+def test_processor_lists_each_card_once_and_sends_late_payments_aside() -> None:
     tester = TwsTester(
         alerts_processor(), timeMode="EventTime", eventTimeExtractor=lambda _: NEVER_LATE
     )
 
-    def timers() -> list[int]:
-        tester.handle.setGroupingKey("c1")
-        return list(tester.handle.listTimers())
+    def listed() -> int | None:
+        """The timer card c1 waits for, or None when it holds nothing (no state)."""
+        slots = tester.peekMapState("matchers", BUCKET_OF_C1)
+        entries = [json.loads(v[0]).get('"c1"') for v in slots.values()]
+        (entry,) = [e for e in entries if e is not None] or [None]
+        if entry is None:
+            return None
+        assert isinstance(entry[1], int)
+        return entry[1]
 
-    # Out of order, and not released before the watermark passes them; one timer, at the
-    # release of the earliest payment held (the one before it deleted).
-    assert records(tester.testInPandas("c1", rows(pay("a", A, BASE + 3 * MINUTE)))) == []
-    assert timers() == [BASE + 3 * MINUTE + 1]
-    out = tester.testInPandas("c1", rows(pay("d2", D, BASE + MINUTE), pay("d1", D, BASE)))
-    assert timers() == [BASE + 1]
-    out = pd.concat([out, tester.testInPandas("c1", rows(pay("d3", D, BASE + 2 * MINUTE)))])
+    def timers() -> set[int]:
+        tester.handle.setGroupingKey(BUCKET_OF_C1)
+        return set(tester.handle.listTimers())
+
+    def feed(*events: Payment) -> pd.DataFrame:
+        return tester.testInPandas(BUCKET_OF_C1, rows(*events))
+
+    second = TIMER_RESOLUTION_MS
+    # Out of order, and not released before the watermark passes them; the card is listed
+    # at the release of the earliest payment held, rounded up to the timer resolution.
+    assert records(feed(pay("a", A, BASE + 3 * MINUTE))) == []
+    assert listed() == BASE + 3 * MINUTE + second
+    out = feed(pay("d2", D, BASE + MINUTE), pay("d1", D, BASE))
+    assert listed() == BASE + second
+    out = pd.concat([out, feed(pay("d3", D, BASE + 2 * MINUTE))])
     assert records(out) == []
-    assert timers() == [BASE + 1]
+    assert listed() == BASE + second
+    assert timers() == {BASE + second, BASE + 3 * MINUTE + second}
+    assert records(tester.setWatermark(BASE + 3 * MINUTE)) == []  # not at the exact time
     alert = {"card_id": "c1", "payment_id": "a"}
-    assert records(tester.setWatermark(BASE + 3 * MINUTE + 1)) == [
+    assert records(tester.setWatermark(BASE + 3 * MINUTE + second)) == [
         (
             "fraud_alerts",
             alert,
@@ -214,22 +234,20 @@ def test_processor_keeps_one_timer_and_sends_late_payments_aside() -> None:
             },
         )
     ]
-    assert timers() == [] and tester.peekValueState("matcher", "c1") is None  # nothing held
+    assert listed() is None and timers() == set()  # nothing held, the timers fired
 
-    # Declines released into the matcher: a timer for each one's expiry, in turn.
-    tester.testInPandas(
-        "c1", rows(pay("d4", D, BASE + 10 * MINUTE), pay("d5", D, BASE + 11 * MINUTE))
-    )
-    assert records(tester.setWatermark(BASE + 11 * MINUTE + 1)) == []
-    assert timers() == [BASE + 20 * MINUTE + 1]
-    assert records(tester.setWatermark(BASE + 20 * MINUTE + 1)) == []
-    assert timers() == [BASE + 21 * MINUTE + 1]
+    # Declines released into the matcher: listed for each one's expiry, in turn.
+    feed(pay("d4", D, BASE + 10 * MINUTE), pay("d5", D, BASE + 11 * MINUTE))
+    assert records(tester.setWatermark(BASE + 11 * MINUTE + second)) == []
+    assert listed() == BASE + 20 * MINUTE + second
+    assert records(tester.setWatermark(BASE + 20 * MINUTE + second)) == []
+    assert listed() == BASE + 21 * MINUTE + second
     tester.setWatermark(BASE + 30 * MINUTE)
-    assert timers() == [] and tester.peekValueState("matcher", "c1") is None
+    assert listed() is None and timers() == set()
 
     # Below the watermark: aside, with the reason; never matched.
     late = pay("x", A, BASE + 5 * MINUTE)
-    (record,) = records(tester.testInPandas("c1", rows(late)))
+    (record,) = records(feed(late))
     topic, key, value = record
     assert (topic, key) == ("fraud_alerts_late", {"payment_id": "x"})
     assert value.pop("reason") == (
@@ -237,7 +255,7 @@ def test_processor_keeps_one_timer_and_sends_late_payments_aside() -> None:
         f"{BASE + 30 * MINUTE}, so the events after it may already have been matched without it"
     )
     assert value == late
-    assert timers() == [] and tester.peekValueState("matcher", "c1") is None
+    assert listed() is None and timers() == set()
 
 
 # -- the pipeline -------------------------------------------------------------------------
