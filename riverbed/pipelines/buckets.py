@@ -24,11 +24,14 @@ keys.
 
 **Timers per key** (``resolution_ms``): Spark's timers belong to the grouping key, here the
 bucket. A key's next expiry is rounded *up* to a multiple of ``resolution_ms`` and the key
-is listed under that time in a second map state (time → keys); the bucket gets one timer
-per listed time. When it fires, :meth:`KeyedStates.due` gives the keys listed under it
-whose state still names that time (a key since re-listed under another time, or removed,
-is skipped). A key is thus handled at most ``resolution_ms`` of event time after its own
-expiry, never before it: its state is held that much longer.
+is listed under that time in a second map state (time → keys). The bucket has a timer at
+its earliest listed time (a third state remembers it). When a timer fires,
+:meth:`KeyedStates.due` sweeps every list the watermark has reached: the keys whose state
+still names that time (a key since re-listed under another time, or removed, is skipped),
+each slot read and written once; then the bucket's timer moves to the earliest time still
+listed. A key is thus handled at most ``resolution_ms`` of event time after its own expiry,
+never before it: its state is held that much longer. A timer per listed time instead cost
+a thousand timer calls per bucket in a micro-batch that covers minutes of event time.
 
 The numbers of buckets and slots are part of the state's layout: changing them needs a new
 checkpoint, as changing ``spark.sql.shuffle.partitions`` does.
@@ -69,11 +72,12 @@ def round_up(ms: int, resolution_ms: int) -> int:
 class KeyedStates:
     """Per-key states within a bucket (module docstring): map states ``name`` (slot → the
     JSON object ``{key: [state, listed time]}``) and, with ``resolution_ms``, ``name_due``
-    (time → the keys listed under it).
+    (time → the keys listed under it) and the value state ``name_timer`` (the bucket's
+    earliest timer).
 
     Reads go through a cache of the slots; call :meth:`flush` at the end of every
-    ``handleInputRows`` and ``handleExpiredTimer``: it writes the slots changed, the time →
-    keys lists, and registers the new timers."""
+    ``handleInputRows`` and ``handleExpiredTimer``: it writes the slots changed and the
+    time → keys lists, and keeps the bucket's timer at the earliest listed time."""
 
     def __init__(
         self,
@@ -87,14 +91,16 @@ class KeyedStates:
         self._slots_state = handle.getMapState(name, "slot INT", "keys STRING")
         self._resolution = resolution_ms
         self._slot_count = slots
-        self._due = (
-            None
-            if resolution_ms is None
-            else handle.getMapState(f"{name}_due", "at LONG", "keys STRING")
-        )
+        if resolution_ms is None:
+            self._due = self._timer = None
+        else:
+            self._due = handle.getMapState(f"{name}_due", "at LONG", "keys STRING")
+            self._timer = handle.getValueState(f"{name}_timer", "at LONG")
         self._slots: dict[int, dict[str, list[Any]]] = {}
         self._dirty: set[int] = set()
         self._pending: dict[int, set[str]] = {}
+        self._swept: list[int] | None = None
+        """After :meth:`due`: the times still listed (the bucket's timer has fired)."""
 
     def _slot(self, key: str) -> tuple[int, dict[str, list[Any]]]:
         slot = zlib.crc32(key.encode()) % self._slot_count
@@ -130,46 +136,72 @@ class KeyedStates:
         if entries.pop(key, None) is not None:
             self._dirty.add(slot)
 
-    def due(self, at: int) -> list[tuple[str, Any]]:
-        """The keys listed under the timer ``at`` that still wait for it, with their
-        states. The list is removed: each key must be :meth:`put` again or removed."""
+    def due(self, watermark_ms: int) -> list[tuple[str, Any]]:
+        """From ``handleExpiredTimer``: the keys listed under the times the watermark has
+        reached, with their states; those lists are removed, so each key must be
+        :meth:`put` again or removed. A later timer of the bucket in the same batch finds
+        nothing more."""
         if self._due is None:
             raise ValueError("these states have no timers (no resolution_ms)")
-        stored = self._due.getValue((at,))
-        self._due.removeKey((at,))
-        if stored is None:
-            return []
+        times = sorted(int(k[0]) for k in self._due.keys())  # noqa: SIM118 (a MapState)
         waiting = []
-        for key in json.loads(stored[0]):
-            slot, entries = self._slot(key)
-            entry = entries.get(key)
-            if entry is not None and entry[1] == at:
-                entry[1] = None  # no longer listed anywhere
-                self._dirty.add(slot)
-                waiting.append((key, entry[0]))
+        for at in times:
+            if at > watermark_ms:
+                break
+            stored = self._due.getValue((at,))
+            self._due.removeKey((at,))
+            for key in [] if stored is None else json.loads(stored[0]):
+                slot, entries = self._slot(key)
+                entry = entries.get(key)
+                if entry is not None and entry[1] == at:
+                    entry[1] = None  # no longer listed anywhere
+                    self._dirty.add(slot)
+                    waiting.append((key, entry[0]))
+        self._swept = [t for t in times if t > watermark_ms]
         return waiting
 
     def flush(self) -> None:
-        """Write the slots and the time → keys lists changed since the last flush; register
-        the new timers; forget the cache (the next call may be another bucket's)."""
+        """Write the slots and the time → keys lists changed since the last flush; keep
+        the bucket's timer at the earliest listed time; forget the cache (the next call
+        may be another bucket's)."""
         for slot in sorted(self._dirty):
             entries = self._slots[slot]
             if entries:
                 self._slots_state.updateValue((slot,), (_dumps(entries),))
             else:
                 self._slots_state.removeKey((slot,))
-        if self._due is not None:
+        if self._due is not None and self._timer is not None:
             for at, keys in sorted(self._pending.items()):
                 stored = self._due.getValue((at,))
-                if stored is None:
-                    self._handle.registerTimer(at)
-                    listed = keys
-                else:
-                    listed = set(json.loads(stored[0])) | keys
+                listed = keys if stored is None else set(json.loads(stored[0])) | keys
                 self._due.updateValue((at,), (_dumps(sorted(listed)),))
+            self._keep_timer()
         self._slots.clear()
         self._dirty.clear()
         self._pending.clear()
+        self._swept = None
+
+    def _keep_timer(self) -> None:
+        assert self._timer is not None
+        listed = list(self._pending)
+        if self._swept is None:  # the timer is as the last flush left it
+            if not listed:
+                return
+            stored = self._timer.get()
+            current = None if stored is None else int(stored[0])
+            if current is not None and current <= min(listed):
+                return
+            registered: set[int] = set()
+        else:  # the timer has fired: the next one is the earliest time still listed
+            listed += self._swept
+            if not listed:
+                self._timer.clear()
+                return
+            registered = {int(t) for t in self._handle.listTimers()}
+        earliest = min(listed)
+        if earliest not in registered:
+            self._handle.registerTimer(earliest)
+        self._timer.update((earliest,))
 
 
 def _dumps(value: Any) -> str:

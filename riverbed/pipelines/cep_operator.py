@@ -127,7 +127,7 @@ class PatternMatches(StatefulProcessor):
     ) -> Iterator[pd.DataFrame]:
         watermark = timerValues.getCurrentWatermarkInMs()
         out: list[tuple[str, str, str]] = []
-        for name, stored in self.states.due(expiredTimerInfo.getExpiryTimeInMs()):
+        for name, stored in self.states.due(watermark):
             out += self._advance(name, stored, [], watermark)
         self.states.flush()
         if out:

@@ -130,9 +130,8 @@ class SearchClicks(StatefulProcessor):
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
     ) -> Iterator[pd.DataFrame]:
-        at = expiredTimerInfo.getExpiryTimeInMs()
-        watermark = max(timerValues.getCurrentWatermarkInMs(), at)
-        for search_id, stored in self.states.due(at):
+        watermark = max(timerValues.getCurrentWatermarkInMs(), expiredTimerInfo.getExpiryTimeInMs())
+        for search_id, stored in self.states.due(watermark):
             state = IntervalJoinState.from_obj(stored)
             state.expire(self.condition, watermark)
             self._save(search_id, state, stored=True)

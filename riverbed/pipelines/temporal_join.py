@@ -202,7 +202,7 @@ class AsOfJoin(StatefulProcessor):
         """Forget what the horizon has passed, and list the keys for what comes next."""
         watermark = timerValues.getCurrentWatermarkInMs()
         horizon = watermark - self.retention_ms
-        for table_key, stored in self.states.due(expiredTimerInfo.getExpiryTimeInMs()):
+        for table_key, stored in self.states.due(watermark):
             state = _KeyState.from_obj(stored)
             state.events = {i: e for i, e in state.events.items() if e[0] >= horizon}
             before = len(state.versions)

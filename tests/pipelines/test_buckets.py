@@ -3,6 +3,7 @@ handle that behaves as Spark's map states and event-time timers do."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,17 +30,42 @@ class MemoryMapState:
         self.calls += 1
         self.entries.pop(key, None)
 
+    def keys(self) -> Iterator[tuple[Any, ...]]:
+        self.calls += 1
+        return iter(list(self.entries))
+
+
+class MemoryValueState:
+    def __init__(self) -> None:
+        self.value: tuple[Any, ...] | None = None
+
+    def get(self) -> tuple[Any, ...] | None:
+        return self.value
+
+    def update(self, value: tuple[Any, ...]) -> None:
+        self.value = value
+
+    def clear(self) -> None:
+        self.value = None
+
 
 class MemoryHandle:
     """One bucket's state: map states by name and the registered timers."""
 
     def __init__(self) -> None:
         self.maps: dict[str, MemoryMapState] = {}
+        self.values: dict[str, MemoryValueState] = {}
         self.timers: set[int] = set()
         self.registrations = 0
 
     def getMapState(self, name: str, key_schema: str, value_schema: str) -> MemoryMapState:
         return self.maps.setdefault(name, MemoryMapState())
+
+    def getValueState(self, name: str, schema: str) -> MemoryValueState:
+        return self.values.setdefault(name, MemoryValueState())
+
+    def listTimers(self) -> Iterator[int]:
+        return iter(sorted(self.timers))
 
     def registerTimer(self, at: int) -> None:
         self.registrations += 1
@@ -102,26 +128,38 @@ def test_a_slot_is_read_and_written_once_per_flush() -> None:
     assert stored.entries == {}
 
 
-def test_one_timer_per_listed_time_and_stale_listings_skipped() -> None:
+def test_the_bucket_timer_is_at_the_earliest_listed_time_and_stale_listings_skipped() -> None:
     handle = MemoryHandle()
     s = states(handle)
     for key, due in (("a", 1), ("b", 9), ("c", 11)):
         s.put(key, key, due_ms=due)
     s.flush()
-    assert handle.timers == {10, 20}
-    assert handle.registrations == 2
+    assert handle.timers == {10}  # a and b under 10, c under 20
     s.put("a", "a2", due_ms=25)  # re-listed: the listing under 10 is stale
     s.remove("b")
+    s.put("d", "d", due_ms=-3)  # before the bucket's timer: an earlier one, at 0
     s.flush()
-    assert handle.timers == {10, 20, 30}
-    assert s.due(10) == []  # a is listed under 30 now, b was removed
-    assert s.due(20) == [("c", "c")]
+    assert handle.timers == {10, 0}
+    assert handle.fire(9) == [0]
+    assert s.due(9) == [("d", "d")]  # 0 only: 10 is not reached
+    s.remove("d")
+    s.flush()
+    assert handle.timers == {10}  # already registered: not again
+    assert handle.registrations == 2
+    handle.fire(25)
+    assert s.due(25) == [("c", "c")]  # b was removed; a waits for 30 now
+    s.put("c", "c2", due_ms=40)
+    s.flush()
+    assert handle.timers == {30}  # the earliest time still listed: a's
+    assert s.due(25) == []  # a later timer of the same batch finds nothing more
+    s.flush()
+    assert handle.timers == {30}
+    handle.fire(40)
+    assert sorted(s.due(40)) == [("a", "a2"), ("c", "c2")]
+    s.remove("a")
     s.remove("c")
-    assert s.due(30) == [("a", "a2")]
-    assert s.due(30) == []  # the list is gone
-    s.put("d", "d", due_ms=30)
     s.flush()
-    assert handle.registrations == 4  # 30 again: its list had been removed
+    assert handle.timers == set() and handle.values["s_timer"].value is None
 
 
 @given(
@@ -133,13 +171,13 @@ def test_one_timer_per_listed_time_and_stale_listings_skipped() -> None:
     step=st.integers(1, 40),
     resolution=st.sampled_from([1, 7, 10, 50]),
 )
-def test_every_key_is_handled_after_its_expiry_and_within_the_resolution(
+def test_every_key_is_handled_once_its_rounded_expiry_is_reached_never_before(
     ops: list[tuple[str, int | None]], step: int, resolution: int
 ) -> None:
     """Keys are updated with new expiries (None: removed) while the watermark advances by
     ``step`` per batch; each batch's timers fire after its updates, as in Spark. A handled
-    key is put back without expiry. Every key whose expiry the final watermark has passed
-    by ``resolution`` is handled, once, never before its expiry."""
+    key is put back without expiry. After each batch, no key whose expiry rounded up the
+    watermark has reached is left unhandled, and none was handled before that."""
     handle = MemoryHandle()
     s = states(handle, resolution, slots=2)
     expiry: dict[str, int] = {}  # the model: keys waiting, and their expiry
@@ -154,14 +192,13 @@ def test_every_key_is_handled_after_its_expiry_and_within_the_resolution(
             expiry[key] = due
         s.flush()
         watermark += step
-        for at in handle.fire(watermark):
-            for handled, text in s.due(at):
+        for _ in handle.fire(watermark):
+            for handled, text in s.due(watermark):
                 assert text == f"{handled}@{expiry[handled]}"
-                assert expiry[handled] <= at < expiry[handled] + resolution
+                assert round_up(expiry[handled], resolution) <= watermark
                 s.put(handled, "done")
                 del expiry[handled]
             s.flush()
-    for at in handle.fire(10**6):
-        for handled, _ in s.due(at):
-            del expiry[handled]
-    assert expiry == {}
+        assert all(round_up(e, resolution) > watermark for e in expiry.values())
+        if expiry:  # a timer at or before the earliest time a key waits for
+            assert min(handle.timers) <= min(round_up(e, resolution) for e in expiry.values())
