@@ -1,7 +1,7 @@
 """Many keys per group: sharing the fixed cost of PySpark's stateful operator between keys.
 
 PySpark 4.3 calls a ``transformWithStateInPandas`` processor once per grouping key and
-micro-batch, and each call has a fixed cost of about a millisecond on our machine: a pandas
+micro-batch, and each call has a fixed cost of about 0.65 ms on our machine: a pandas
 DataFrame in and one out, the implicit key set and removed, and every state access a round
 trip over a socket to the JVM. An operator whose key has one or two records per batch (a
 search id, an order id) then spends most of its time there: ``search_ctr`` ran at 720
@@ -13,7 +13,7 @@ its own state (:class:`KeyedStates`), a JSON-able value. The bucket is a functio
 alone, so a key's rows always meet in the same bucket, exactly as they met in their own
 group before.
 
-**Slots.** A state access is itself a round trip to the JVM (25 to 50 µs measured,
+**Slots.** A state access is itself a round trip to the JVM (about 40 µs measured by
 ``benchmarks/tws_state_calls.py``), so the keys' states are not one map state entry each:
 the bucket's keys are spread over ``slots`` entries (a CRC-32 of the key modulo
 ``slots``), each one JSON object of its keys' states, read once and written once per batch
@@ -31,7 +31,7 @@ still names that time (a key since re-listed under another time, or removed, is 
 each slot read and written once; then the bucket's timer moves to the earliest time still
 listed. A key is thus handled at most ``resolution_ms`` of event time after its own expiry,
 never before it: its state is held that much longer. A timer per listed time instead cost
-a thousand timer calls per bucket in a micro-batch that covers minutes of event time.
+hundreds of timer calls per bucket in a micro-batch that covers minutes of event time.
 
 The numbers of buckets and slots are part of the state's layout: changing them needs a new
 checkpoint, as changing ``spark.sql.shuffle.partitions`` does.
