@@ -198,19 +198,24 @@ def test_ctrl_c_stops_consume_cleanly(riverbed: Run, broker_process: BrokerProce
     create(riverbed, "live")
     ok(riverbed("produce", "--topic", "live", stdin="hello\n"))
     consumer = subprocess.Popen(
-        [sys.executable, "-m", "riverbed.cli.main", "consume", "--topic", "live",
-         "--from-beginning", "--bootstrap", broker_process.bootstrap],
+        [sys.executable, "-X", "faulthandler", "-m", "riverbed.cli.main", "consume",
+         "--topic", "live", "--from-beginning", "--bootstrap", broker_process.bootstrap],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         assert consumer.stdout is not None
         assert consumer.stdout.readline() == "hello\n"
         consumer.send_signal(signal.SIGINT)
-        _, stderr = consumer.communicate(timeout=30)
+        try:
+            _, stderr = consumer.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            consumer.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+            _, stuck = consumer.communicate(timeout=30)
+            pytest.fail(f"consume did not stop within 30 s of SIGINT; where it was:\n{stuck}")
     finally:
         if consumer.poll() is None:
             consumer.kill()
-            consumer.wait()
+        consumer.communicate()  # reaps it and closes the pipes
     assert consumer.returncode in (0, 130)
     assert "Traceback" not in stderr
 
