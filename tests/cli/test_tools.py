@@ -194,6 +194,13 @@ def test_undeliverable_record_is_reported_and_fails_the_run(riverbed: Run) -> No
     assert consume_all(riverbed, "small") == "fits\n"
 
 
+def _default_sigint() -> None:
+    """In the child: SIGINT as a terminal's Ctrl-C finds it. A shell without job control
+    starts background jobs with SIGINT ignored, and Python keeps an ignored SIGINT ignored
+    (no KeyboardInterrupt), so a test run started that way would see consume ignore it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_consume_cleanly(riverbed: Run, broker_process: BrokerProcess) -> None:
     create(riverbed, "live")
     ok(riverbed("produce", "--topic", "live", stdin="hello\n"))
@@ -201,6 +208,7 @@ def test_ctrl_c_stops_consume_cleanly(riverbed: Run, broker_process: BrokerProce
         [sys.executable, "-X", "faulthandler", "-m", "riverbed.cli.main", "consume",
          "--topic", "live", "--from-beginning", "--bootstrap", broker_process.bootstrap],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_default_sigint,
     )  # fmt: skip
     try:
         assert consumer.stdout is not None

@@ -314,6 +314,8 @@ def test_min_offsets_per_trigger_holds_small_batches_back(
         assert sink.count() == 5
         produce_values(bootstrap, "trickle", 0, ["third"] * 5)
         wait_for(lambda: sink.count() == 15, what="15 rows")
+        # The sink has a batch's rows before Spark reports the batch's progress.
+        wait_for(lambda: sum(input_rows(query)) == 15, what="the progress of 15 rows")
     finally:
         query.stop()
     assert input_rows(query) == [5, 10]
