@@ -438,4 +438,4 @@ class OrderedMatcher:
 
     @classmethod
     def from_state(cls, state: str, *, pattern: Pattern, tiebreak_field: str) -> OrderedMatcher:
-        return cls.from_obj(_decode(state), pattern=pattern, tiebreak_field=tiebreak_field)
+        return cls.from_obj(json.loads(state), pattern=pattern, tiebreak_field=tiebreak_field)

@@ -88,11 +88,11 @@ class SearchClicks(StatefulProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.states = KeyedStates(handle, "joins", resolution_ms=EXPIRY_RESOLUTION_MS)
 
-    def _save(self, search_id: str, state: IntervalJoinState, *, stored: bool) -> None:
-        if not state.is_empty():
-            self.states.put(search_id, state.to_obj(), due_ms=state.next_expiry_ms(self.condition))
-        elif stored:
+    def _save(self, search_id: str, state: IntervalJoinState) -> None:
+        if state.is_empty():
             self.states.remove(search_id)
+        else:
+            self.states.put(search_id, state.to_obj(), due_ms=state.next_expiry_ms(self.condition))
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
@@ -119,7 +119,7 @@ class SearchClicks(StatefulProcessor):
                 if pair.first:
                     deltas.setdefault(self._window(pair.left), [0, 0])[1] += 1
             state.expire(self.condition, watermark)
-            self._save(search_id, state, stored=stored is not None)
+            self._save(search_id, state)
         self.states.flush()
         if deltas:  # each frame yielded costs an Arrow batch to the JVM, even an empty one
             yield pd.DataFrame(
@@ -134,7 +134,7 @@ class SearchClicks(StatefulProcessor):
         for search_id, stored in self.states.due(watermark):
             state = IntervalJoinState.from_obj(stored)
             state.expire(self.condition, watermark)
-            self._save(search_id, state, stored=True)
+            self._save(search_id, state)
         self.states.flush()
         yield from ()  # nothing to emit: an expired search was counted when it came
 
