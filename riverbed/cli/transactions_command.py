@@ -24,12 +24,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from riverbed.cli.client import (
-    ADMIN_REQUEST_TIMEOUT_S,
+from riverbed.cli.arguments import (
     add_action,
+    add_command_with_actions,
     add_state_filter,
     non_negative_int,
 )
+from riverbed.cli.confluent import REQUEST_TIMEOUT_S
 from riverbed.cli.errors import CliError
 from riverbed.cli.output import notice, print_table
 from riverbed.client import (
@@ -56,13 +57,13 @@ FILTER_FLAGS = {"min_duration_ms": "--duration-ms", "pattern": "--pattern"}
 
 
 def add_parser(commands: Any) -> None:
-    parser = commands.add_parser(
+    actions = add_command_with_actions(
+        commands,
         "transactions",
-        help="list and describe transactional producers' transactions (like kafka-transactions.sh)",
-        description="List and describe transactions through the Kafka protocol "
-        "(ListTransactions, DescribeTransactions).",
+        "list and describe transactional producers' transactions (like kafka-transactions.sh)",
+        "List and describe transactions through the Kafka protocol (ListTransactions, "
+        "DescribeTransactions).",
     )
-    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     listing = add_action(
         actions, "list", run_list, "list transactional ids with their producer and state"
@@ -119,7 +120,7 @@ def _admin(args: argparse.Namespace) -> Iterator[TransactionAdmin]:
         with TransactionAdmin(
             args.bootstrap,
             connect_timeout_s=args.connect_timeout_ms / 1000,
-            request_timeout_s=ADMIN_REQUEST_TIMEOUT_S,
+            request_timeout_s=REQUEST_TIMEOUT_S,
         ) as admin:
             yield admin
     except InvalidAddressError as e:
