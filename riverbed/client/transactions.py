@@ -15,9 +15,9 @@ wrong on the way is one ``ClientError`` (``errors``): ``BrokerUnreachableError``
 of the bootstrap list answered), ``InvalidAddressError`` (a malformed bootstrap list),
 ``RequestFailedError`` (no usable answer from one broker: an API it lacks, an unreadable
 answer, a timeout, a failed connection), ``ErrorResponseError`` (a broker refused to list its
-transactions) or ``UnsupportedFilterError`` (a filter the broker's version lacks). Its
-message is one line, naming the broker. ``describe_transactions`` answers an id's own error
-(TRANSACTIONAL_ID_NOT_FOUND, ...) as its ``ErrorCode`` instead.
+transactions) or ``UnsupportedFilterError`` (a filter the broker's version lacks), each
+message one line naming the broker (or the bootstrap list). ``describe_transactions``
+answers an id's own error (TRANSACTIONAL_ID_NOT_FOUND, ...) as its ``ErrorCode`` instead.
 
 A ``TransactionAdmin`` blocks the calling thread and is for one thread at a time.
 """

@@ -1,8 +1,8 @@
 """riverbed.protocol: the Kafka wire codec, sans-IO (h11 style).
 
-Both sides of the wire, as h11 serves both HTTP roles. The broker's: bytes in, typed
-requests out; responses in, bytes out. A client's: requests in, bytes out; bytes in, typed
-responses out. No sockets, clocks, logging or environment: the broker and
+It serves both sides of the wire, as h11 serves both HTTP roles. The broker's: bytes in,
+typed requests out; responses in, bytes out. A client's: requests in, bytes out; bytes in,
+typed responses out. No sockets, clocks, logging or environment: the broker and
 ``riverbed.client`` own all I/O. Built on kio 0.6.5 (pinned) for the message schemas.
 
 - ``FrameReader`` splits a byte stream into request frames (``framing``).
