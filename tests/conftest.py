@@ -29,7 +29,8 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
 
 @dataclass
 class BrokerProcess:
-    """``riverbed broker`` as a child process; ``bootstrap`` is its HOST:PORT."""
+    """``riverbed broker`` as a child process; ``bootstrap`` is its HOST:PORT. As a context
+    manager, it is killed when the block ends."""
 
     data_dir: Path
     process: subprocess.Popen[bytes]
@@ -46,6 +47,12 @@ class BrokerProcess:
 
     def kill(self) -> None:
         self.stop(sig=signal.SIGKILL)
+
+    def __enter__(self) -> BrokerProcess:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.kill()
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -98,11 +105,8 @@ def start_broker_process(
 @pytest.fixture
 def broker_process(tmp_path: Path) -> Iterator[BrokerProcess]:
     """``riverbed broker`` as a real child process on a free port."""
-    running = start_broker_process(tmp_path / "data")
-    try:
+    with start_broker_process(tmp_path / "data") as running:
         yield running
-    finally:
-        running.kill()
 
 
 def create_topic(bootstrap: str, name: str, *, partitions: int) -> None:

@@ -17,17 +17,19 @@ from riverbed.broker.config import (
     parse_assignments,
     parse_properties,
 )
+from riverbed.cli.arguments import add_assignments, add_command
 from riverbed.cli.errors import CliError
 
 log = logging.getLogger("riverbed.broker")
 
 
 def add_parser(commands: Any) -> None:
-    parser = commands.add_parser(
+    parser = add_command(
+        commands,
         "broker",
-        help="run a broker in the foreground",
-        description="Run a riverbed broker until SIGINT or SIGTERM (exit code 0 after a clean "
-        "shutdown). Settings use Kafka's broker names, e.g. --set num.partitions=4.",
+        "run a broker in the foreground",
+        "Run a riverbed broker until SIGINT or SIGTERM (exit code 0 after a clean shutdown). "
+        "Settings use Kafka's broker names, e.g. --set num.partitions=4.",
     )
     parser.add_argument("--data-dir", required=True, type=Path, help="where the logs are kept")
     parser.add_argument(
@@ -39,13 +41,7 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--config", type=Path, metavar="FILE", help="a Kafka-style server.properties file"
     )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a broker setting, overriding --config (repeatable)",
-    )
+    add_assignments(parser, "--set", "a broker setting, overriding --config (repeatable)")
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )

@@ -19,7 +19,16 @@ from riverbed.cdc.catalog import CaptureSetupError
 from riverbed.cdc.publisher import CaptureError
 from riverbed.cdc.status import slot_status
 from riverbed.cdc.trigger import TriggerConfig, run_trigger_capture
-from riverbed.cli.client import DEFAULT_BOOTSTRAP, DEFAULT_CONNECT_TIMEOUT_MS, positive_int
+from riverbed.cli.arguments import (
+    DEFAULT_CONNECT_TIMEOUT_MS,
+    add_assignments,
+    add_bootstrap_argument,
+    add_command,
+    add_command_with_actions,
+    add_connect_timeout_argument,
+    add_number,
+    positive_int,
+)
 from riverbed.cli.errors import CliError
 from riverbed.cli.output import print_table
 
@@ -29,29 +38,23 @@ _SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
 
 
 def add_parser(commands: Any) -> None:
-    parser = commands.add_parser(
+    actions = add_command_with_actions(
+        commands,
         "cdc",
-        help="capture changes of PostgreSQL tables into topics (Debezium's format)",
-        description="Change data capture from PostgreSQL into topics PREFIX.SCHEMA.TABLE, "
-        "in Debezium's envelope.",
+        "capture changes of PostgreSQL tables into topics (Debezium's format)",
+        "Change data capture from PostgreSQL into topics PREFIX.SCHEMA.TABLE, in Debezium's "
+        "envelope.",
     )
-    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    capture = actions.add_parser(
+    capture = add_command(
+        actions,
         "run",
-        help="capture tables until stopped (SIGTERM or Ctrl-C)",
-        description="Capture the tables' committed changes, in commit order, until SIGTERM "
-        "or Ctrl-C. Restarted, it continues without losing a committed change.",
+        "capture tables until stopped (SIGTERM or Ctrl-C)",
+        "Capture the tables' committed changes, in commit order, until SIGTERM or Ctrl-C. "
+        "Restarted, it continues without losing a committed change.",
     )
     capture.add_argument("--dsn", required=True, help="PostgreSQL URL or key=value DSN")
-    capture.add_argument(
-        "--bootstrap",
-        "--bootstrap-server",
-        dest="bootstrap",
-        default=DEFAULT_BOOTSTRAP,
-        metavar="HOST:PORT",
-        help=f"broker(s) to produce to (default {DEFAULT_BOOTSTRAP})",
-    )
+    add_bootstrap_argument(capture, "broker(s) to produce to")
     capture.add_argument("--prefix", required=True, help="topic prefix: PREFIX.SCHEMA.TABLE")
     capture.add_argument(
         "--tables",
@@ -77,33 +80,30 @@ def add_parser(commands: Any) -> None:
         help="initial: snapshot the tables when the capture starts for the first time "
         "(default); when_needed: also when the slot was lost; never: changes only",
     )
-    capture.add_argument(
+    add_assignments(
+        capture,
         "--key",
-        action="append",
-        default=[],
+        "key columns of a table without a primary key (repeatable)",
         metavar="S.T=COL[,COL...]",
-        help="key columns of a table without a primary key (repeatable)",
     )
-    capture.add_argument(
+    add_number(
+        capture,
         "--heartbeat-ms",
-        type=positive_int,
-        default=10_000,
+        positive_int,
+        10_000,
+        "how often an idle capture advances the slot",
         metavar="MS",
-        help="how often an idle capture advances the slot (default 10000)",
     )
-    capture.add_argument(
+    add_number(
+        capture,
         "--poll-ms",
-        type=positive_int,
-        default=100,
+        positive_int,
+        100,
+        "how often the trigger method looks for new changes",
         metavar="MS",
-        help="how often the trigger method looks for new changes (default 100)",
     )
-    capture.add_argument(
-        "--partitions",
-        type=positive_int,
-        default=1,
-        metavar="N",
-        help="partitions of the topics the capture creates (default 1)",
+    add_number(
+        capture, "--partitions", positive_int, 1, "partitions of the topics the capture creates"
     )
     capture.add_argument(
         "--drop-slot",
@@ -111,21 +111,17 @@ def add_parser(commands: Any) -> None:
         help="on stop, drop the slot (log method) or the triggers and audit table (trigger "
         "method); the next run starts with a new snapshot",
     )
-    capture.add_argument(
-        "--connect-timeout-ms",
-        type=positive_int,
-        default=DEFAULT_CONNECT_TIMEOUT_MS,
-        metavar="MS",
-        help=f"give up when the database or the broker does not answer within this time "
-        f"(default {DEFAULT_CONNECT_TIMEOUT_MS})",
+    add_connect_timeout_argument(
+        capture, "give up when the database or the broker does not answer within this time"
     )
     capture.set_defaults(run=_run)
 
-    status = actions.add_parser(
+    status = add_command(
+        actions,
         "status",
-        help="show each logical replication slot's lag behind the WAL",
-        description="Show each logical replication slot: active or not, confirmed LSN, lag "
-        "in bytes and time, WAL status.",
+        "show each logical replication slot's lag behind the WAL",
+        "Show each logical replication slot: active or not, confirmed LSN, lag in bytes and "
+        "time, WAL status.",
     )
     status.add_argument("--dsn", required=True, help="PostgreSQL URL or key=value DSN")
     status.add_argument("--slot", help="only this slot")

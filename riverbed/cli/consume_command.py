@@ -19,6 +19,7 @@ import os
 import sys
 import time
 import uuid
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from confluent_kafka import (
@@ -30,16 +31,22 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from riverbed.cli.client import (
-    ErrorLog,
+from riverbed.cli.arguments import (
+    add_assignments,
+    add_client_properties,
+    add_command,
     add_connection_arguments,
-    client_config,
-    create_client,
-    describe_kafka_error,
-    kafka_errors,
+    client_properties,
     non_negative_int,
     parse_assignments,
     positive_int,
+)
+from riverbed.cli.confluent import (
+    REQUEST_TIMEOUT_S,
+    ErrorLog,
+    create_client,
+    describe_kafka_error,
+    kafka_errors,
     require_topic,
 )
 from riverbed.cli.errors import CliError
@@ -54,15 +61,14 @@ __all__ = ["add_parser"]
 
 # How long one poll() waits; bounds how late --timeout-ms and Ctrl-C are noticed.
 POLL_INTERVAL_S = 0.2
-# Kafka's default request.timeout.ms (30000), for ListOffsets by timestamp.
-REQUEST_TIMEOUT_S = 30.0
 
 
 def add_parser(commands: Any) -> None:
-    parser = commands.add_parser(
+    parser = add_command(
+        commands,
         "consume",
-        help="print a topic's records (like kafka-console-consumer)",
-        description="Print the records of one topic to stdout, one formatted record at a time.",
+        "print a topic's records (like kafka-console-consumer)",
+        "Print the records of one topic to stdout, one formatted record at a time.",
     )
     add_connection_arguments(parser)
     parser.add_argument("--topic", required=True)
@@ -108,22 +114,15 @@ def add_parser(commands: Any) -> None:
         help=f"kcat-style format: %%t %%p %%o %%k %%K %%s %%S %%T %%h %%%%, \\n \\t "
         f"(default {DEFAULT_FORMAT.replace('%', '%%')})",
     )
-    parser.add_argument(
+    add_assignments(
+        parser,
         "--property",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="Kafka formatter property: print.key, print.value, print.partition, print.offset, "
+        "Kafka formatter property: print.key, print.value, print.partition, print.offset, "
         "print.timestamp, print.headers, key.separator, line.separator, headers.separator, "
         "headers.key.separator, null.literal (repeatable)",
+        metavar="NAME=VALUE",
     )
-    parser.add_argument(
-        "--consumer-property",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a librdkafka consumer setting, passed through (repeatable; wins over flags)",
-    )
+    add_client_properties(parser, "consumer")
     parser.set_defaults(run=kafka_errors(run))
 
 
@@ -164,8 +163,6 @@ def run(args: argparse.Namespace, stdout: BinaryIO | None = None) -> int:
     """Consume until a stop condition; exit 0, 1 on a broker/topic failure, 130 on Ctrl-C."""
     _check_usage(args)
     formatter = _formatter(args)
-    overrides = parse_assignments(args.consumer_property, flag="--consumer-property")
-    errors = ErrorLog()
     settings = {
         # Without --group nothing is committed; librdkafka still insists on a group.id.
         "group.id": args.group or f"riverbed-console-consumer-{uuid.uuid4().hex[:8]}",
@@ -173,10 +170,16 @@ def run(args: argparse.Namespace, stdout: BinaryIO | None = None) -> int:
         "auto.offset.reset": "earliest" if args.from_beginning else "latest",
         "enable.partition.eof": "true" if args.exit_at_end else "false",
         "isolation.level": args.isolation_level,
-        **overrides,
+        **client_properties(args, "consumer"),
     }
-    consumer = create_client(Consumer, client_config(args, errors, settings))
-    session = _Session(consumer, args, formatter, errors, stdout or sys.stdout.buffer)
+    consumer, errors = create_client(Consumer, args, settings)
+    session = _Session(
+        consumer=consumer,
+        args=args,
+        formatter=formatter,
+        errors=errors,
+        out=stdout or sys.stdout.buffer,
+    )
     try:
         session.start()
         session.loop()
@@ -189,27 +192,21 @@ def run(args: argparse.Namespace, stdout: BinaryIO | None = None) -> int:
     return 0
 
 
+@dataclass(slots=True, kw_only=True)
 class _Session:
-    """One consumer's run: its assignment, EOF bookkeeping and stop conditions."""
+    """One consumer's run: its assignment, EOF bookkeeping and stop conditions (mutable; the
+    group callbacks update it from ``poll``, on the calling thread)."""
 
-    def __init__(
-        self,
-        consumer: Consumer,
-        args: argparse.Namespace,
-        formatter: Formatter,
-        errors: ErrorLog,
-        out: BinaryIO,
-    ) -> None:
-        self.consumer = consumer
-        self.args = args
-        self.formatter = formatter
-        self.errors = errors
-        self.out = out
-        self.count = 0
-        self.started = False
-        self.assigned: set[int] = set()
-        self.at_end: set[int] = set()
-        self.group_joined = False
+    consumer: Consumer
+    args: argparse.Namespace
+    formatter: Formatter
+    errors: ErrorLog
+    out: BinaryIO
+    count: int = 0
+    started: bool = False
+    assigned: set[int] = field(default_factory=set)
+    at_end: set[int] = field(default_factory=set)
+    group_joined: bool = False
 
     def start(self) -> None:
         """Check the topic exists, then assign its partitions or join the group."""

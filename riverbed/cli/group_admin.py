@@ -1,7 +1,7 @@
 """The admin requests ``riverbed groups`` makes, each answered with plain Python values.
 
 One function per Kafka request, sent with confluent-kafka's AdminClient and bounded by
-``ADMIN_REQUEST_TIMEOUT_S``: ``describe_groups`` (DescribeGroups), ``committed_offsets``
+``REQUEST_TIMEOUT_S``: ``describe_groups`` (DescribeGroups), ``committed_offsets``
 (OffsetFetch), ``list_offsets`` (ListOffsets) and ``commit_offsets`` (OffsetCommit as an
 admin, outside any generation). A failure the tool cannot explain better becomes one
 ``CliError`` line.
@@ -18,9 +18,12 @@ from confluent_kafka import (
     KafkaError,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from riverbed.cli.client import ADMIN_REQUEST_TIMEOUT_S, admin_error_code, admin_result
+# confluent_kafka.admin ships type hints but re-exports these names without declaring them
+# (no __all__), so mypy --strict does not count them as exported.
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+
+from riverbed.cli.confluent import REQUEST_TIMEOUT_S, admin_error_code, admin_result
 from riverbed.cli.errors import CliError
 from riverbed.cli.offset_reset import Partition
 
@@ -53,7 +56,7 @@ def describe_groups(admin: AdminClient, groups: list[str]) -> dict[str, Any | No
     A classic broker answers for an unknown group with state Dead; Kafka 4 answers
     GROUP_ID_NOT_FOUND. Both mean the same.
     """
-    futures = admin.describe_consumer_groups(groups, request_timeout=ADMIN_REQUEST_TIMEOUT_S)
+    futures = admin.describe_consumer_groups(groups, request_timeout=REQUEST_TIMEOUT_S)
     described: dict[str, Any | None] = {}
     for group in groups:
         future = futures[group]
@@ -68,9 +71,7 @@ def describe_groups(admin: AdminClient, groups: list[str]) -> dict[str, Any | No
 def committed_offsets(admin: AdminClient, group: str) -> dict[Partition, int]:
     """OffsetFetch for all of the group's partitions: the committed offsets it has."""
     request = [ConsumerGroupTopicPartitions(group)]
-    future = admin.list_consumer_group_offsets(request, request_timeout=ADMIN_REQUEST_TIMEOUT_S)[
-        group
-    ]
+    future = admin.list_consumer_group_offsets(request, request_timeout=REQUEST_TIMEOUT_S)[group]
     if admin_error_code(future) == KafkaError.GROUP_ID_NOT_FOUND:
         return {}
     result = admin_result(future, f"cannot fetch the committed offsets of group {group!r}")
@@ -88,7 +89,7 @@ def list_offsets(
     query = {TopicPartition(topic, partition): spec for topic, partition in partitions}
     if not query:
         return {}
-    futures = admin.list_offsets(query, request_timeout=ADMIN_REQUEST_TIMEOUT_S)
+    futures = admin.list_offsets(query, request_timeout=REQUEST_TIMEOUT_S)
     found = {}
     for tp, future in futures.items():
         if admin_error_code(future) is None:
@@ -106,9 +107,7 @@ def commit_offsets(admin: AdminClient, group: str, plan: dict[Partition, int]) -
         TopicPartition(topic, partition, offset) for (topic, partition), offset in plan.items()
     ]
     request = [ConsumerGroupTopicPartitions(group, offsets)]
-    future = admin.alter_consumer_group_offsets(request, request_timeout=ADMIN_REQUEST_TIMEOUT_S)[
-        group
-    ]
+    future = admin.alter_consumer_group_offsets(request, request_timeout=REQUEST_TIMEOUT_S)[group]
     result = admin_result(future, f"cannot commit the offsets of group {group!r}")
     failed = [tp for tp in result.topic_partitions if tp.error is not None]
     if failed:

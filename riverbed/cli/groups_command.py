@@ -26,16 +26,26 @@ from confluent_kafka import (
     ConsumerGroupType,
     KafkaError,
 )
-from confluent_kafka.admin import AdminClient, ClusterMetadata, OffsetSpec
 
-from riverbed.cli.client import (
-    ADMIN_REQUEST_TIMEOUT_S,
+# confluent_kafka.admin ships type hints but re-exports these names without declaring them
+# (no __all__), so mypy --strict does not count them as exported.
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ClusterMetadata,
+    OffsetSpec,
+)
+
+from riverbed.cli.arguments import (
     add_action,
+    add_command_with_actions,
     add_state_filter,
+    non_negative_int,
+)
+from riverbed.cli.confluent import (
+    REQUEST_TIMEOUT_S,
     admin_error_code,
     admin_result,
     connect_admin,
-    non_negative_int,
 )
 from riverbed.cli.errors import CliError
 from riverbed.cli.group_admin import (
@@ -67,14 +77,13 @@ PREFIX = "riverbed groups"
 
 
 def add_parser(commands: Any) -> None:
-    parser = commands.add_parser(
+    actions = add_command_with_actions(
+        commands,
         "groups",
-        help="list, describe, reset offsets of and delete consumer groups "
+        "list, describe, reset offsets of and delete consumer groups "
         "(like kafka-consumer-groups.sh)",
-        description="Manage consumer groups and their committed offsets through the Kafka "
-        "admin API.",
+        "Manage consumer groups and their committed offsets through the Kafka admin API.",
     )
-    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     listing = add_action(actions, "list", run_list, "list consumer groups with type and state")
     add_state_filter(listing, _states, states=STATE_NAMES.values(), of="groups")
@@ -195,7 +204,7 @@ def run_list(args: argparse.Namespace) -> int:
     """ListGroups: every group's id, type and state, sorted by id."""
     admin, _ = connect_admin(args)
     states: set[ConsumerGroupState] = set().union(*args.state)
-    options: dict[str, Any] = {"request_timeout": ADMIN_REQUEST_TIMEOUT_S}
+    options: dict[str, Any] = {"request_timeout": REQUEST_TIMEOUT_S}
     if states:
         options["states"] = states
     result = admin_result(admin.list_consumer_groups(**options), "cannot list consumer groups")
@@ -281,7 +290,8 @@ def _offset_rows(admin: AdminClient, group: str, description: Any) -> list[list[
     committed = committed_offsets(admin, group)
     owner = {tp: m for m in description.members for tp in _assigned(m)}
     partitions = sorted(set(committed) | set(owner))
-    log_end = list_offsets(admin, partitions, OffsetSpec.latest())
+    # OffsetSpec's factories have no type hints (confluent-kafka 2.16).
+    log_end = list_offsets(admin, partitions, OffsetSpec.latest())  # type: ignore[no-untyped-call]
     rows: list[list[object]] = []
     for tp in partitions:
         current, end = committed.get(tp), log_end.get(tp)
@@ -319,8 +329,9 @@ def run_reset(args: argparse.Namespace) -> int:
         )
     committed = committed_offsets(admin, group)
     partitions = _partitions_to_reset(args, group, metadata, committed)
-    earliest = list_offsets(admin, partitions, OffsetSpec.earliest())
-    latest = list_offsets(admin, partitions, OffsetSpec.latest())
+    # OffsetSpec's factories have no type hints (confluent-kafka 2.16).
+    earliest = list_offsets(admin, partitions, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+    latest = list_offsets(admin, partitions, OffsetSpec.latest())  # type: ignore[no-untyped-call]
     missing = [tp for tp in partitions if tp not in earliest or tp not in latest]
     if missing:
         raise CliError(f"cannot look up the offsets of {partition_names(missing)}")
@@ -373,7 +384,7 @@ def run_delete(args: argparse.Namespace) -> int:
     """DeleteGroups; a group with members (NON_EMPTY_GROUP) or none at all fails the run."""
     groups = _groups(args)
     admin, _ = connect_admin(args)
-    futures = admin.delete_consumer_groups(groups, request_timeout=ADMIN_REQUEST_TIMEOUT_S)
+    futures = admin.delete_consumer_groups(groups, request_timeout=REQUEST_TIMEOUT_S)
     deleted = []
     for group in groups:
         code = admin_error_code(futures[group])

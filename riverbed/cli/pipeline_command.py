@@ -15,24 +15,31 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from riverbed.cli.client import add_connection_arguments, positive_int
+from riverbed.cli.arguments import (
+    add_command,
+    add_command_with_actions,
+    add_connection_arguments,
+    add_number,
+    positive_int,
+)
 from riverbed.cli.errors import CliError
 
 __all__ = ["add_parser"]
 
 
 def add_parser(commands: Any) -> None:
-    parser = commands.add_parser(
+    actions = add_command_with_actions(
+        commands,
         "pipeline",
-        help="run the Spark pipelines (windows, sessions, late data)",
-        description="Run and describe riverbed's Spark Structured Streaming pipelines.",
+        "run the Spark pipelines (windows, sessions, late data)",
+        "Run and describe riverbed's Spark Structured Streaming pipelines.",
     )
-    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    run = actions.add_parser(
+    run = add_command(
+        actions,
         "run",
-        help="run one pipeline until stopped (SIGTERM or Ctrl-C)",
-        description="Run one pipeline until SIGTERM or Ctrl-C. The first run starts from the "
-        "earliest offsets; a run with the same checkpoint continues where the last stopped.",
+        "run one pipeline until stopped (SIGTERM or Ctrl-C)",
+        "Run one pipeline until SIGTERM or Ctrl-C. The first run starts from the earliest "
+        "offsets; a run with the same checkpoint continues where the last stopped.",
     )
     run.add_argument("name", metavar="NAME", help="the pipeline (see `riverbed pipeline list`)")
     add_connection_arguments(run)
@@ -42,16 +49,10 @@ def add_parser(commands: Any) -> None:
         metavar="DIR",
         help="Spark's checkpoint directory (default data/checkpoints/NAME)",
     )
-    run.add_argument(
-        "--trigger-ms",
-        type=positive_int,
-        default=1000,
-        metavar="N",
-        help="start a micro-batch every N ms (default 1000)",
-    )
+    add_number(run, "--trigger-ms", positive_int, 1000, "start a micro-batch every N ms")
     run.add_argument("--master", help="Spark master (default local[N], N = the machine's cores)")
     run.set_defaults(run=_run)
-    listing = actions.add_parser("list", help="describe every pipeline")
+    listing = add_command(actions, "list", "describe every pipeline")
     listing.set_defaults(run=_list)
 
 

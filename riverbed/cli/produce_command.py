@@ -27,16 +27,22 @@ from typing import Any, BinaryIO
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from riverbed.cli.client import (
-    ErrorLog,
+from riverbed.cli.arguments import (
+    add_assignments,
+    add_client_properties,
+    add_command,
     add_connection_arguments,
-    client_config,
-    create_client,
-    describe_kafka_error,
-    kafka_errors,
+    add_number,
+    client_properties,
     non_negative_int,
     parse_assignments,
     positive_int,
+)
+from riverbed.cli.confluent import (
+    ErrorLog,
+    create_client,
+    describe_kafka_error,
+    kafka_errors,
     require_topic,
 )
 from riverbed.cli.errors import CliError
@@ -154,53 +160,42 @@ def _show(separator: bytes) -> str:
 
 
 def add_parser(commands: Any) -> None:
-    parser = commands.add_parser(
+    parser = add_command(
+        commands,
         "produce",
-        help="send stdin lines as records (like kafka-console-producer)",
-        description="Send each stdin line as one record; see --property for keys and headers.",
+        "send stdin lines as records (like kafka-console-producer)",
+        "Send each stdin line as one record; see --property for keys and headers.",
     )
     add_connection_arguments(parser)
     parser.add_argument("--topic", required=True)
     parser.add_argument(
         "--partition", type=non_negative_int, help="send every record to this partition"
     )
-    parser.add_argument(
+    add_assignments(
+        parser,
         "--property",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a LineMessageReader property: parse.key, key.separator, parse.headers, "
+        "a LineMessageReader property: parse.key, key.separator, parse.headers, "
         "headers.delimiter, headers.separator, headers.key.separator, null.marker, "
         "ignore.error (repeatable)",
+        metavar="NAME=VALUE",
     )
     parser.add_argument(
         "--key-separator", metavar="SEP", help="lines are KEY<SEP>VALUE (sets parse.key=true)"
     )
-    parser.add_argument(
-        "--header",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="add this header to every record (repeatable)",
-    )
+    add_assignments(parser, "--header", "add this header to every record (repeatable)")
     parser.add_argument("--acks", choices=["0", "1", "all"], default="all")
     parser.add_argument(
         "--compression", choices=["none", "gzip", "snappy", "lz4", "zstd"], default="none"
     )
-    parser.add_argument(
+    add_number(
+        parser,
         "--delivery-timeout-ms",
-        type=positive_int,
-        default=DEFAULT_DELIVERY_TIMEOUT_MS,
+        positive_int,
+        DEFAULT_DELIVERY_TIMEOUT_MS,
+        "give up on a record after this long",
         metavar="MS",
-        help=f"give up on a record after this long (default {DEFAULT_DELIVERY_TIMEOUT_MS})",
     )
-    parser.add_argument(
-        "--producer-property",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a librdkafka producer setting, passed through (repeatable; wins over flags)",
-    )
+    add_client_properties(parser, "producer")
     parser.set_defaults(run=kafka_errors(run))
 
 
@@ -237,19 +232,13 @@ def run(args: argparse.Namespace, stdin: BinaryIO | None = None) -> int:
     reader = line_format(args)
     header_assignments = parse_assignments(args.header, flag="--header")
     extra_headers: list[Header] = [(k, v.encode()) for k, v in header_assignments.items()]
-    overrides = parse_assignments(args.producer_property, flag="--producer-property")
-    errors = ErrorLog()
-    config = client_config(
-        args,
-        errors,
-        {
-            "acks": args.acks,
-            "compression.type": args.compression,
-            "message.timeout.ms": str(args.delivery_timeout_ms),
-            **overrides,
-        },
-    )
-    producer = create_client(Producer, config)
+    settings = {
+        "acks": args.acks,
+        "compression.type": args.compression,
+        "message.timeout.ms": str(args.delivery_timeout_ms),
+        **client_properties(args, "producer"),
+    }
+    producer, errors = create_client(Producer, args, settings)
     require_topic(producer, args, errors, partition=args.partition)
     deliveries = _Deliveries()
     try:

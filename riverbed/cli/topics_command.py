@@ -25,7 +25,10 @@ import argparse
 from typing import Any
 
 from confluent_kafka import KafkaError, TopicCollection, TopicPartition
-from confluent_kafka.admin import (
+
+# confluent_kafka.admin ships type hints but re-exports these names without declaring them
+# (no __all__), so mypy --strict does not count them as exported.
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
@@ -35,15 +38,19 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from riverbed.cli.client import (
-    ADMIN_REQUEST_TIMEOUT_S,
+from riverbed.cli.arguments import (
     add_action,
-    admin_error_code,
-    admin_result,
-    connect_admin,
+    add_assignments,
+    add_command_with_actions,
     non_negative_int,
     parse_assignments,
     positive_int,
+)
+from riverbed.cli.confluent import (
+    REQUEST_TIMEOUT_S,
+    admin_error_code,
+    admin_result,
+    connect_admin,
 )
 from riverbed.cli.errors import CliError
 
@@ -54,12 +61,12 @@ BROKER_DEFAULT = -1
 
 
 def add_parser(commands: Any) -> None:
-    parser = commands.add_parser(
+    actions = add_command_with_actions(
+        commands,
         "topics",
-        help="create, list, describe, alter and delete topics (like kafka-topics.sh)",
-        description="Manage topics through the Kafka admin API.",
+        "create, list, describe, alter and delete topics (like kafka-topics.sh)",
+        "Manage topics through the Kafka admin API.",
     )
-    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     create = add_action(actions, "create", run_create, "create a topic")
     create.add_argument("--topic", required=True)
@@ -69,12 +76,8 @@ def add_parser(commands: Any) -> None:
     create.add_argument(
         "--replication-factor", type=positive_int, help="replicas (default: the broker's)"
     )
-    create.add_argument(
-        "--config",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a topic config such as cleanup.policy=compact (repeatable)",
+    add_assignments(
+        create, "--config", "a topic config such as cleanup.policy=compact (repeatable)"
     )
     create.add_argument(
         "--if-not-exists", action="store_true", help="succeed if the topic already exists"
@@ -102,19 +105,14 @@ def add_parser(commands: Any) -> None:
     )
     alter.add_argument("--topic", required=True)
     alter.add_argument("--partitions", type=positive_int, help="the new, larger partition count")
-    alter.add_argument(
-        "--add-config",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="set a topic config, such as retention.ms=86400000 (repeatable)",
+    add_assignments(
+        alter, "--add-config", "set a topic config, such as retention.ms=86400000 (repeatable)"
     )
-    alter.add_argument(
+    add_assignments(
+        alter,
         "--delete-config",
-        action="append",
-        default=[],
+        "remove a topic config: it falls back to the broker's default (repeatable)",
         metavar="KEY[,KEY...]",
-        help="remove a topic config: it falls back to the broker's default (repeatable)",
     )
 
     trim = add_action(
@@ -145,7 +143,7 @@ def run_create(args: argparse.Namespace) -> int:
         replication_factor=args.replication_factor or BROKER_DEFAULT,
         config=configs,
     )
-    future = admin.create_topics([topic], request_timeout=ADMIN_REQUEST_TIMEOUT_S)[args.topic]
+    future = admin.create_topics([topic], request_timeout=REQUEST_TIMEOUT_S)[args.topic]
     future.exception()  # wait
     if args.if_not_exists and admin_error_code(future) == KafkaError.TOPIC_ALREADY_EXISTS:
         return 0
@@ -170,11 +168,9 @@ def run_describe(args: argparse.Namespace) -> int:
     names = sorted(metadata.topics) if args.topic is None else [args.topic]
     if not names:
         return 0
-    descriptions = admin.describe_topics(
-        TopicCollection(names), request_timeout=ADMIN_REQUEST_TIMEOUT_S
-    )
+    descriptions = admin.describe_topics(TopicCollection(names), request_timeout=REQUEST_TIMEOUT_S)
     resources = [ConfigResource(ResourceType.TOPIC, name) for name in names]
-    config_futures = admin.describe_configs(resources, request_timeout=ADMIN_REQUEST_TIMEOUT_S)
+    config_futures = admin.describe_configs(resources, request_timeout=REQUEST_TIMEOUT_S)
     configs_by_topic = {resource.name: future for resource, future in config_futures.items()}
     for name in names:
         future = descriptions[name]
@@ -241,7 +237,7 @@ def _print_description(description: Any, configs: list[str]) -> None:
 def run_delete(args: argparse.Namespace) -> int:
     """DeleteTopics; exit 1 if there is no such topic, unless --if-exists."""
     admin, _ = connect_admin(args)
-    future = admin.delete_topics([args.topic], request_timeout=ADMIN_REQUEST_TIMEOUT_S)[args.topic]
+    future = admin.delete_topics([args.topic], request_timeout=REQUEST_TIMEOUT_S)[args.topic]
     future.exception()
     if admin_error_code(future) == KafkaError.UNKNOWN_TOPIC_OR_PART:
         if args.if_exists:
@@ -291,7 +287,7 @@ def _config_changes(args: argparse.Namespace) -> list[ConfigEntry]:
 def _grow(admin: Any, topic: str, total: int, *, validate_only: bool) -> None:
     request = NewPartitions(topic, total)
     future = admin.create_partitions(
-        [request], request_timeout=ADMIN_REQUEST_TIMEOUT_S, validate_only=validate_only
+        [request], request_timeout=REQUEST_TIMEOUT_S, validate_only=validate_only
     )[topic]
     admin_result(future, f"cannot change the partitions of topic {topic!r}")
 
@@ -301,7 +297,7 @@ def _alter_configs(
 ) -> None:
     resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=configs)
     future = admin.incremental_alter_configs(
-        [resource], request_timeout=ADMIN_REQUEST_TIMEOUT_S, validate_only=validate_only
+        [resource], request_timeout=REQUEST_TIMEOUT_S, validate_only=validate_only
     )[resource]
     admin_result(future, f"cannot change the configs of topic {topic!r}")
 
@@ -330,7 +326,7 @@ def run_delete_records(args: argparse.Namespace) -> int:
             f"(it has {len(topic.partitions)})"
         )
     requests = [TopicPartition(args.topic, p, args.offset) for p in partitions]
-    futures = admin.delete_records(requests, request_timeout=ADMIN_REQUEST_TIMEOUT_S)
+    futures = admin.delete_records(requests, request_timeout=REQUEST_TIMEOUT_S)
     lines = []
     for request, future in sorted(futures.items(), key=lambda item: item[0].partition):
         name = f"{request.topic}-{request.partition}"

@@ -1,7 +1,7 @@
 """``riverbed transactions list|describe``, like kafka-transactions.sh.
 
 confluent-kafka has no admin API for transactions, so both actions speak the Kafka protocol
-themselves (``riverbed.cli.txn_admin``): ListTransactions to every broker, and
+themselves (``riverbed.client.TransactionAdmin``): ListTransactions to every broker, and
 DescribeTransactions to each transactional id's coordinator. Versions are negotiated with
 ApiVersions, so the tool works against a Kafka cluster too. The columns are Kafka's:
 
@@ -17,23 +17,29 @@ partitions). As in ``riverbed groups``, notices go to stderr, so stdout holds on
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from riverbed.cli.client import (
-    ADMIN_REQUEST_TIMEOUT_S,
+from riverbed.cli.arguments import (
     add_action,
+    add_command_with_actions,
     add_state_filter,
     non_negative_int,
 )
+from riverbed.cli.confluent import REQUEST_TIMEOUT_S
 from riverbed.cli.errors import CliError
 from riverbed.cli.output import notice, print_table
-from riverbed.cli.txn_admin import (
+from riverbed.client import (
+    ClientError,
+    InvalidAddressError,
     ListFilters,
     TransactionAdmin,
     TransactionDescription,
+    UnsupportedFilterError,
     error_name,
 )
 
@@ -46,16 +52,18 @@ STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit",
 DESCRIBE_HEADERS = ("CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch",
                     "TransactionState", "TransactionTimeoutMs", "CurrentTransactionStartTimeMs",
                     "TransactionDurationMs", "TopicPartitions")  # fmt: skip
+# The flags of ``list`` by the ``ListFilters`` field they set.
+FILTER_FLAGS = {"min_duration_ms": "--duration-ms", "pattern": "--pattern"}
 
 
 def add_parser(commands: Any) -> None:
-    parser = commands.add_parser(
+    actions = add_command_with_actions(
+        commands,
         "transactions",
-        help="list and describe transactional producers' transactions (like kafka-transactions.sh)",
-        description="List and describe transactions through the Kafka protocol "
-        "(ListTransactions, DescribeTransactions).",
+        "list and describe transactional producers' transactions (like kafka-transactions.sh)",
+        "List and describe transactions through the Kafka protocol (ListTransactions, "
+        "DescribeTransactions).",
     )
-    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     listing = add_action(
         actions, "list", run_list, "list transactional ids with their producer and state"
@@ -105,12 +113,22 @@ def _states(text: str) -> list[str]:
     return [by_name.get(name.lower(), name) for name in names]
 
 
-def _admin(args: argparse.Namespace) -> TransactionAdmin:
-    return TransactionAdmin(
-        args.bootstrap,
-        connect_timeout_s=args.connect_timeout_ms / 1000,
-        request_timeout_s=ADMIN_REQUEST_TIMEOUT_S,
-    )
+@contextlib.contextmanager
+def _admin(args: argparse.Namespace) -> Iterator[TransactionAdmin]:
+    """A ``TransactionAdmin`` for ``--bootstrap``, closed after; its errors become one line."""
+    try:
+        with TransactionAdmin(
+            args.bootstrap,
+            connect_timeout_s=args.connect_timeout_ms / 1000,
+            request_timeout_s=REQUEST_TIMEOUT_S,
+        ) as admin:
+            yield admin
+    except InvalidAddressError as e:
+        raise CliError(f"--bootstrap: {e}", exit_code=2) from None
+    except UnsupportedFilterError as e:
+        raise CliError(f"{FILTER_FLAGS[e.filter_name]} {e.shortfall}") from None
+    except ClientError as e:
+        raise CliError(str(e)) from None
 
 
 def run_list(args: argparse.Namespace) -> int:

@@ -21,13 +21,15 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from riverbed.cli.client import (
+from riverbed.cli.arguments import (
+    add_command,
+    add_command_with_actions,
     add_connection_arguments,
-    connect_admin,
-    kafka_errors,
+    add_number,
     non_negative_int,
     positive_int,
 )
+from riverbed.cli.confluent import connect_admin, kafka_errors
 from riverbed.cli.errors import CliError
 from riverbed.workloads import ConfigError, WorkloadError
 from riverbed.workloads.oltp import OpKind
@@ -43,51 +45,42 @@ DEFAULT_RATE = 1000.0
 
 
 def add_parser(commands: Any) -> None:
-    parser = commands.add_parser(
+    workloads = add_command_with_actions(
+        commands,
         "workload",
-        help="generate workloads (the shop: events into topics, writes into PostgreSQL)",
-        description="Generate workloads for the pipelines and CDC.",
+        "generate workloads (the shop: events into topics, writes into PostgreSQL)",
+        "Generate workloads for the pipelines and CDC.",
+        dest="workload",
     )
-    workloads = parser.add_subparsers(dest="workload", metavar="WORKLOAD", required=True)
-    shop = workloads.add_parser(
+    shop = add_command(
+        workloads,
         "shop",
-        help="the shop: page views, searches, clicks, payments; users, products, orders",
-        description="Produce the shop's events (page_views, searches, clicks, payments: out "
-        "of order, some very late) and, with --dsn, write its tables (users, products, "
-        "orders) in PostgreSQL, until --events events or SIGTERM/Ctrl-C.",
+        "the shop: page views, searches, clicks, payments; users, products, orders",
+        "Produce the shop's events (page_views, searches, clicks, payments: out of order, some "
+        "very late) and, with --dsn, write its tables (users, products, orders) in PostgreSQL, "
+        "until --events events or SIGTERM/Ctrl-C.",
     )
     add_connection_arguments(shop)
     shop.add_argument("--dsn", help="PostgreSQL URL or key=value DSN: also write the tables")
-    shop.add_argument(
-        "--seed",
-        type=int,
-        default=DEFAULTS.seed,
-        metavar="N",
-        help="the same seed, the same data (default 0)",
+    add_number(shop, "--seed", int, DEFAULTS.seed, "the same seed, the same data")
+    add_number(
+        shop, "--events", non_negative_int, DEFAULT_EVENTS, "events to produce; 0: until stopped"
     )
-    shop.add_argument(
-        "--events",
-        type=non_negative_int,
-        default=DEFAULT_EVENTS,
-        metavar="N",
-        help=f"events to produce; 0: until stopped (default {DEFAULT_EVENTS})",
-    )
-    shop.add_argument(
+    add_number(
+        shop,
         "--rate",
-        type=_non_negative_float,
-        default=DEFAULT_RATE,
-        metavar="N",
-        help=f"events per second of wall time at most; 0: as fast as possible "
-        f"(default {DEFAULT_RATE:g})",
+        _non_negative_float,
+        DEFAULT_RATE,
+        "events per second of wall time at most; 0: as fast as possible",
     )
-    shop.add_argument(
+    add_number(
+        shop,
         "--event-rate",
-        type=_positive_float,
-        default=DEFAULTS.event_rate,
-        metavar="N",
-        help=f"events per second of event time (default {DEFAULTS.event_rate:g}; needs "
-        f"about 300 users per event per second; equal to --rate, event time keeps pace "
-        f"with the clock)",
+        _positive_float,
+        DEFAULTS.event_rate,
+        "events per second of event time",
+        note="needs about 300 users per event per second; equal to --rate, event time keeps "
+        "pace with the clock",
     )
     shop.add_argument(
         "--start-ms",
@@ -95,68 +88,51 @@ def add_parser(commands: Any) -> None:
         metavar="MS",
         help="event time of the first event, epoch ms (default: now)",
     )
-    _int_flag(shop, "--disorder-ms", DEFAULTS.disorder_ms, "most an event arrives out of order")
-    shop.add_argument(
-        "--late-fraction",
-        type=_fraction(0.5),
-        default=DEFAULTS.late_fraction,
-        metavar="F",
-        help=f"share of events that are late stragglers, at most 0.5 "
-        f"(default {DEFAULTS.late_fraction:g})",
-    )
-    _int_flag(shop, "--late-by-ms", DEFAULTS.late_by_ms, "how late (at least) a straggler is")
-    shop.add_argument(
-        "--fraud-fraction",
-        type=_fraction(1.0),
-        default=DEFAULTS.fraud_fraction,
-        metavar="F",
-        help=f"chance per event that a card-testing burst starts "
-        f"(default {DEFAULTS.fraud_fraction:g})",
-    )
-    shop.add_argument(
-        "--users",
-        type=_int_at_least(2),
-        default=DEFAULTS.users,
-        metavar="N",
-        help=f"registered users at the start (default {DEFAULTS.users})",
-    )
-    for flag, default, what in (
-        ("--products", DEFAULTS.products, "products at the start"),
-        ("--pages", DEFAULTS.pages, "distinct pages"),
-    ):
-        shop.add_argument(
-            flag,
-            type=positive_int,
-            default=default,
-            metavar="N",
-            help=f"{what} (default {default})",
-        )
-    shop.add_argument(
-        "--oltp-rate",
-        type=_non_negative_float,
-        default=DEFAULTS.oltp_rate,
-        metavar="N",
-        help=f"database operations per second of event time, after the initial load "
-        f"(default {DEFAULTS.oltp_rate:g}; with --dsn)",
-    )
-    shop.add_argument(
-        "--partitions",
-        type=positive_int,
-        default=1,
-        metavar="N",
-        help="partitions of the topics it creates (default 1)",
-    )
-    shop.set_defaults(run=kafka_errors(_run_shop))
-
-
-def _int_flag(parser: argparse.ArgumentParser, flag: str, default: int, what: str) -> None:
-    parser.add_argument(
-        flag,
-        type=non_negative_int,
-        default=default,
+    add_number(
+        shop,
+        "--disorder-ms",
+        non_negative_int,
+        DEFAULTS.disorder_ms,
+        "most an event arrives out of order",
         metavar="MS",
-        help=f"{what} (default {default})",
     )
+    add_number(
+        shop,
+        "--late-fraction",
+        _fraction(0.5),
+        DEFAULTS.late_fraction,
+        "share of events that are late stragglers, at most 0.5",
+        metavar="F",
+    )
+    add_number(
+        shop,
+        "--late-by-ms",
+        non_negative_int,
+        DEFAULTS.late_by_ms,
+        "how late (at least) a straggler is",
+        metavar="MS",
+    )
+    add_number(
+        shop,
+        "--fraud-fraction",
+        _fraction(1.0),
+        DEFAULTS.fraud_fraction,
+        "chance per event that a card-testing burst starts",
+        metavar="F",
+    )
+    add_number(shop, "--users", _int_at_least(2), DEFAULTS.users, "registered users at the start")
+    add_number(shop, "--products", positive_int, DEFAULTS.products, "products at the start")
+    add_number(shop, "--pages", positive_int, DEFAULTS.pages, "distinct pages")
+    add_number(
+        shop,
+        "--oltp-rate",
+        _non_negative_float,
+        DEFAULTS.oltp_rate,
+        "database operations per second of event time, after the initial load",
+        note="with --dsn",
+    )
+    add_number(shop, "--partitions", positive_int, 1, "partitions of the topics it creates")
+    shop.set_defaults(run=kafka_errors(_run_shop))
 
 
 def _run_shop(args: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = (
     "FrameTooLargeError",
     "LocalProtocolError",
+    "MalformedResponseError",
     "ProtocolError",
     "RemoteProtocolError",
     "UnsupportedVersionError",
@@ -16,7 +17,8 @@ class ProtocolError(Exception):
 
 
 class RemoteProtocolError(ProtocolError):
-    """The peer sent bytes that are not a valid request: its fault, not ours."""
+    """The peer sent bytes that are not a valid request (or, to a client, not a valid
+    response): its fault, not ours."""
 
 
 class UnsupportedVersionError(RemoteProtocolError):
@@ -41,6 +43,12 @@ class FrameTooLargeError(RemoteProtocolError):
         super().__init__(f"frame of {size} bytes exceeds the limit of {max_frame_bytes} bytes")
         self.size = size
         self.max_frame_bytes = max_frame_bytes
+
+
+class MalformedResponseError(RemoteProtocolError):
+    """A response frame that cannot be read as the answer to the request it answers (see
+    ``client_codec``): the broker's fault, or a broker speaking another version than it
+    advertised."""
 
 
 class LocalProtocolError(ProtocolError):

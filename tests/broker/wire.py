@@ -1,9 +1,9 @@
-"""A minimal Kafka wire client for tests: kio encodes requests and decodes responses.
+"""A minimal Kafka wire client for tests: riverbed's own client, with the client id "tests".
 
 Real client libraries hide what the broker does on the wire (pipelining, acks=0, long
-polls, error codes for corrupt input); this speaks it directly, one frame at a time. The
-framing and the codec are riverbed's own client's (``riverbed.cli.wire_client``, which
-``riverbed transactions`` uses), so there is one implementation of them.
+polls, error codes for corrupt input); ``riverbed.client.BrokerConnection`` speaks it
+directly, one frame at a time, with ``riverbed.protocol``'s client codec, so there is one
+implementation of both.
 """
 
 from __future__ import annotations
@@ -11,10 +11,8 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from kio.index import load_request_schema
-
-from riverbed.cli.wire_client import BrokerConnection, split_address
-from riverbed.cli.wire_codec import encode_request
+from riverbed.client import BrokerConnection, split_address
+from riverbed.protocol import encode_request
 
 CLIENT_ID = "tests"
 
@@ -31,7 +29,3 @@ class WireClient(BrokerConnection):
     def encode(api_key: int, version: int, correlation_id: int, body: Any) -> bytes:
         """A whole request frame, to send with ``send_raw`` (pipelined or tampered with)."""
         return encode_request(api_key, version, correlation_id, body, client_id=CLIENT_ID)
-
-
-def request_class(api_key: int, version: int) -> Any:
-    return load_request_schema(api_key, version)

@@ -23,13 +23,9 @@ Rows = list[dict[str, str]]
 @pytest.fixture
 def group_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
     """A broker process that completes a group's first join at once (Kafka waits 3 s)."""
-    running = start_broker_process(
-        tmp_path / "data", extra_args=("--set", "group.initial.rebalance.delay.ms=0")
-    )
-    try:
+    no_delay = ("--set", "group.initial.rebalance.delay.ms=0")
+    with start_broker_process(tmp_path / "data", extra_args=no_delay) as running:
         yield running
-    finally:
-        running.kill()
 
 
 @pytest.fixture
@@ -125,14 +121,24 @@ def active_member(bootstrap: str, group: str, topic: str) -> Iterator[Consumer]:
     """A member of ``group`` that has its assignment, for the duration of the block."""
     consumer = Consumer(consumer_config(bootstrap, group))
     consumer.subscribe([topic])
-    deadline = time.monotonic() + 60
     try:
-        while not consumer.assignment():
-            assert time.monotonic() < deadline, "the consumer was never assigned partitions"
-            consumer.poll(0.2)
+        wait_for_assignment(consumer)
         yield consumer
     finally:
         consumer.close()
+
+
+def wait_for_assignment(
+    consumer: Consumer, *, partitions: int | None = None, timeout_s: float = 60
+) -> None:
+    """Poll ``consumer`` until the group gives it partitions (``partitions`` of them, if given)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        count = len(consumer.assignment())
+        if count and (partitions is None or count == partitions):
+            return
+        assert time.monotonic() < deadline, "the consumer was never assigned partitions"
+        consumer.poll(0.2)
 
 
 def test_list_and_describe_show_committed_offsets_and_growing_lag(
@@ -365,14 +371,20 @@ def test_bad_flags_are_usage_errors(args: tuple[str, ...]) -> None:
     assert result.stderr.strip()
 
 
+def next_generation_consumer(bootstrap: str, group: str, topic: str) -> Consumer:
+    """A KIP-848 member (group.protocol=consumer) of ``group``, subscribed to ``topic``."""
+    config = consumer_config(bootstrap, group)
+    del config["session.timeout.ms"]  # a broker-side setting under group.protocol=consumer
+    consumer = Consumer({**config, "group.protocol": "consumer"})
+    consumer.subscribe([topic])
+    return consumer
+
+
 def test_describe_a_next_generation_group(groups: Run, group_broker: BrokerProcess) -> None:
     """A KIP-848 member (group.protocol=consumer) has no HOST; the table still has 9 columns."""
     bootstrap = group_broker.bootstrap
     new_topic(bootstrap, "modern", ["m0", "m1"], ["m2"])
-    config = consumer_config(bootstrap, "kip848")
-    del config["session.timeout.ms"]  # a broker-side setting under group.protocol=consumer
-    consumer = Consumer({**config, "group.protocol": "consumer"})
-    consumer.subscribe(["modern"])
+    consumer = next_generation_consumer(bootstrap, "kip848", "modern")
     try:
         received = 0
         deadline = time.monotonic() + 60
@@ -393,15 +405,9 @@ def test_list_shows_a_next_generation_group(groups: Run, group_broker: BrokerPro
     """``groups list`` shows a group.protocol=consumer group beside a classic one, by type."""
     bootstrap = group_broker.bootstrap
     new_topic(bootstrap, "both", ["b0"], ["b1"])
-    config = consumer_config(bootstrap, "next-gen")
-    del config["session.timeout.ms"]  # a broker-side setting under group.protocol=consumer
-    consumer = Consumer({**config, "group.protocol": "consumer"})
-    consumer.subscribe(["both"])
+    consumer = next_generation_consumer(bootstrap, "next-gen", "both")
     try:
-        deadline = time.monotonic() + 30
-        while len(consumer.assignment()) != 2:
-            assert time.monotonic() < deadline, "never assigned"
-            consumer.poll(0.1)
+        wait_for_assignment(consumer, partitions=2, timeout_s=30)
         ok(groups("reset-offsets", "classic-one", "--topic", "both", "--to-earliest", "--execute"))
         rows = {row["GROUP"]: row for row in table(ok(groups("list")))}
         assert rows["next-gen"] == {"GROUP": "next-gen", "TYPE": "Consumer", "STATE": "Stable"}

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Producer
 
+from tests.broker.txn_clients import txn_producer
 from tests.cli.test_groups import Run, failed, ok, table
 from tests.conftest import BrokerProcess, create_topic, run_riverbed
 
@@ -27,15 +28,7 @@ def transactions(broker_process: BrokerProcess) -> Run:
 
 
 def transactional_producer(bootstrap: str, transactional_id: str) -> Producer:
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "transactional.id": transactional_id,
-            "transaction.timeout.ms": TIMEOUT_MS,
-        }
-    )
-    producer.init_transactions(30)
-    return producer
+    return txn_producer(bootstrap, transactional_id, **{"transaction.timeout.ms": TIMEOUT_MS})
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from riverbed.cli.main import main
 from riverbed.protocol import ApiKey, FrameReader, Request, decode_request, encode_response
-from tests.cli.test_wire_codec import DESCRIBE, LIST, describe_answer
+from tests.protocol.test_client_codec import DESCRIBE, LIST, describe_answer
 
 Answer = Callable[[Request], dict[str, Any]]
 
@@ -183,3 +183,11 @@ def test_describe_goes_to_each_coordinator_and_retries_one_that_is_loading(
     finds = bootstrap.asked(ApiKey.FIND_COORDINATOR)
     assert [(r.api_version, r.body.key, r.body.key_type) for r in finds] == [(3, "t0", 1)] * 2
     assert len(coordinator.asked(DESCRIBE)) == 2
+
+
+def test_a_malformed_bootstrap_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["transactions", "list", "--bootstrap", "no-port"])
+    assert (code, capsys.readouterr().err) == (
+        2,
+        "riverbed transactions: --bootstrap: not HOST:PORT: 'no-port'\n",
+    )

@@ -1,7 +1,7 @@
-"""The requests ``riverbed transactions`` makes, each answered with plain Python values.
+"""Transaction admin: ListTransactions and DescribeTransactions, answered with plain values.
 
 confluent-kafka's AdminClient has no transaction API, so these go over riverbed's own
-client (``riverbed.cli.wire_client``), the way Kafka's admin client sends them:
+connections (``connection``), the way Kafka's admin client sends them:
 
 - ``list_transactions``: Metadata for the brokers, then ListTransactions to every broker
   (each lists the transactional ids it coordinates);
@@ -11,7 +11,15 @@ client (``riverbed.cli.wire_client``), the way Kafka's admin client sends them:
 Versions are the highest both sides speak. A coordinator that is loading or moving
 (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR) is asked again
 until the request timeout, as Kafka's admin client retries them. Anything else that goes
-wrong on the way (no broker, no answer, an API the broker lacks) is one ``CliError``.
+wrong on the way is one ``ClientError`` (``errors``): ``BrokerUnreachableError`` (no broker
+of the bootstrap list answered), ``InvalidAddressError`` (a malformed bootstrap list),
+``RequestFailedError`` (no usable answer from one broker: an API it lacks, an unreadable
+answer, a timeout, a failed connection), ``ErrorResponseError`` (a broker refused to list its
+transactions) or ``UnsupportedFilterError`` (a filter the broker's version lacks), each
+message one line naming the broker (or the bootstrap list). ``describe_transactions``
+answers an id's own error (TRANSACTIONAL_ID_NOT_FOUND, ...) as its ``ErrorCode`` instead.
+
+A ``TransactionAdmin`` blocks the calling thread and is for one thread at a time.
 """
 
 from __future__ import annotations
@@ -24,19 +32,24 @@ from typing import Self
 
 from kio.schema.errors import ErrorCode
 
-from riverbed.cli.errors import CliError
-from riverbed.cli.wire_client import BrokerConnection, UnsupportedApiError, connect
-from riverbed.cli.wire_codec import MalformedResponseError, request_body
-from riverbed.protocol import ApiKey, milliseconds
+from riverbed.client.connection import BrokerConnection, connect
+from riverbed.client.errors import (
+    BrokerUnreachableError,
+    ErrorResponseError,
+    RequestFailedError,
+    UnsupportedApiError,
+    UnsupportedFilterError,
+)
+from riverbed.protocol import ApiKey, MalformedResponseError, milliseconds, request_body
 
-__all__ = [
+__all__ = (
     "ListFilters",
     "ListResult",
     "TransactionAdmin",
     "TransactionDescription",
     "TransactionListing",
     "error_name",
-]
+)
 
 # The versions this client speaks, lowest and highest. Not Metadata v0 (an empty topic list
 # asks for every topic) nor FindCoordinator v0 (no key type): Kafka serves v1 since 0.10/0.11,
@@ -79,11 +92,11 @@ class ListFilters:
     pattern: str | None = None  # a regular expression ids match; needs ListTransactions v2
 
     def needed(self) -> tuple[int, str]:
-        """The lowest ListTransactions version that has these filters, and the flag that needs
-        it (``riverbed transactions list``'s name)."""
+        """The lowest ListTransactions version that has these filters, and the name of the
+        filter that needs it."""
         if self.pattern is not None:
-            return 2, "--pattern"
-        return (1, "--duration-ms") if self.min_duration_ms >= 0 else (0, "")
+            return 2, "pattern"
+        return (1, "min_duration_ms") if self.min_duration_ms >= 0 else (0, "")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -144,11 +157,12 @@ class TransactionAdmin:
         for node in self._brokers():
             with self._talking_to(node.address) as connection:
                 version = _version(connection, ApiKey.LIST_TRANSACTIONS)
-                needed, flag = filters.needed()
+                needed, filter_name = filters.needed()
                 if version < needed:
-                    raise CliError(
-                        f"{flag} needs ListTransactions v{needed}; broker {node.node_id} "
-                        f"({node.address}) serves up to v{version}"
+                    raise UnsupportedFilterError(
+                        filter_name=filter_name,
+                        shortfall=f"needs ListTransactions v{needed}; broker {node.node_id} "
+                        f"({node.address}) serves up to v{version}",
                     )
                 body = request_body(
                     ApiKey.LIST_TRANSACTIONS,
@@ -164,9 +178,10 @@ class TransactionAdmin:
                     backoff.wait()
                     answer = connection.request(ApiKey.LIST_TRANSACTIONS, version, body)
             if answer.error_code != ErrorCode.none:
-                raise CliError(
+                raise ErrorResponseError(
                     f"broker {node.node_id} ({node.address}) did not list its transactions: "
-                    f"{error_name(answer.error_code)}"
+                    f"{error_name(answer.error_code)}",
+                    error_code=answer.error_code,
                 )
             unknown.update(dict.fromkeys(answer.unknown_state_filters))
             listings += [
@@ -272,7 +287,7 @@ class TransactionAdmin:
             if state.error_code != ErrorCode.none:
                 described[state.transactional_id] = state.error_code
                 continue
-            start = state.transaction_start_time  # None for Kafka's -1 (see wire_codec)
+            start = state.transaction_start_time  # None for Kafka's -1 (see client_codec)
             described[state.transactional_id] = TransactionDescription(
                 transactional_id=state.transactional_id,
                 coordinator_id=node.node_id,
@@ -295,13 +310,10 @@ class TransactionAdmin:
                     connect_timeout_s=self.connect_timeout_s,
                     request_timeout_s=self.request_timeout_s,
                 )
-            except ValueError as e:
-                raise CliError(f"--bootstrap: {e}", exit_code=2) from None
             except OSError as e:
-                raise CliError(
-                    f"no broker reachable at {self.bootstrap} within "
-                    f"{self.connect_timeout_s:g} s: {_reason(e)}"
-                ) from None
+                raise BrokerUnreachableError(
+                    bootstrap=self.bootstrap, timeout_s=self.connect_timeout_s, reason=_reason(e)
+                ) from e
             host, port = self._bootstrap.sock.getpeername()[:2]
             self._connections[_address(host, port)] = self._bootstrap
         return self._bootstrap
@@ -317,19 +329,26 @@ class TransactionAdmin:
     def _talking_to(
         self, address: str, connection: BrokerConnection | None = None
     ) -> Iterator[BrokerConnection]:
-        """The connection to ``address``; what fails on it becomes one ``CliError`` line."""
+        """The connection to ``address``; what fails on it becomes one ``RequestFailedError``."""
         try:
             yield connection if connection is not None else self._connection(address)
         except UnsupportedApiError as e:
-            raise CliError(f"the broker at {address} cannot answer: {e}") from None
+            raise RequestFailedError(
+                f"the broker at {address} cannot answer: {e}", address=address
+            ) from e
         except MalformedResponseError as e:
-            raise CliError(f"the broker at {address} answered something unreadable: {e}") from None
-        except TimeoutError:
-            raise CliError(
-                f"no answer from the broker at {address} within {self.request_timeout_s:g} s"
-            ) from None
+            raise RequestFailedError(
+                f"the broker at {address} answered something unreadable: {e}", address=address
+            ) from e
+        except TimeoutError as e:
+            raise RequestFailedError(
+                f"no answer from the broker at {address} within {self.request_timeout_s:g} s",
+                address=address,
+            ) from e
         except OSError as e:
-            raise CliError(f"cannot talk to the broker at {address}: {_reason(e)}") from None
+            raise RequestFailedError(
+                f"cannot talk to the broker at {address}: {_reason(e)}", address=address
+            ) from e
 
 
 class _Backoff:

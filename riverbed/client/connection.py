@@ -1,18 +1,20 @@
 """A connection to one Kafka broker: send a kio request, read its response.
 
-The socket half of riverbed's own Kafka client (``riverbed.cli.wire_codec`` is the codec),
-for the requests confluent-kafka cannot send. ``BrokerConnection.request`` sends one request
-and waits for its answer; ``send`` and ``receive`` pipeline several (the broker tests do).
-``version`` picks the highest version of an API that both sides speak, from the broker's
+The socket half of riverbed's own Kafka client (``riverbed.protocol.client_codec`` is the
+codec), for the requests confluent-kafka cannot send. ``BrokerConnection.request`` sends one
+request and waits for its answer; ``send`` and ``receive`` pipeline several (the broker tests
+do). ``version`` picks the highest version of an API that both sides speak, from the broker's
 ApiVersions answer (asked once per connection, with v0, which every Kafka broker serves), so
 the client works against a Kafka cluster as well as riverbed's broker. ``connect`` opens a
 connection to the first answering broker of a ``--bootstrap`` list, retrying until a
 deadline, as Kafka clients do while a broker starts up.
 
-Every call blocks for at most the socket's timeout. The errors are the socket's
-(``OSError``: ``ConnectionRefusedError``, ``TimeoutError``, ...), ``ConnectionError`` when the
-broker closes the connection, ``MalformedResponseError`` for an answer that cannot be read,
-and ``UnsupportedApiError`` when the broker serves no version of an API we speak.
+Every call blocks the calling thread for at most the socket's timeout; a connection is for
+one thread at a time. The errors are the socket's (``OSError``: ``ConnectionRefusedError``,
+``TimeoutError``, ...), ``ConnectionError`` when the broker closes the connection,
+``MalformedResponseError`` (``riverbed.protocol``) for an answer that cannot be read,
+``UnsupportedApiError`` when the broker serves no version of an API we speak, and
+``InvalidAddressError`` for an address that is not ``HOST:PORT``.
 """
 
 from __future__ import annotations
@@ -23,51 +25,30 @@ from typing import Any, Self
 
 from kio.schema.errors import ErrorCode
 
-from riverbed.cli.wire_codec import (
+from riverbed.client.errors import InvalidAddressError, UnsupportedApiError
+from riverbed.protocol import (
+    ApiKey,
     MalformedResponseError,
     decode_response,
     encode_request,
     request_body,
 )
-from riverbed.protocol import ApiKey
 
-__all__ = [
-    "BrokerConnection",
-    "UnsupportedApiError",
-    "api_name",
-    "connect",
-    "split_address",
-]
+__all__ = ("BrokerConnection", "connect", "split_address")
 
-CLIENT_ID = "riverbed"
+CLIENT_ID = "riverbed"  # the client.id sent with each request, which brokers log
 # librdkafka's reconnect.backoff.ms (100) doubled per attempt; capped at 1 s (librdkafka
 # goes to 10 s) so that a broker that comes up is found soon within a short deadline.
 _FIRST_BACKOFF_S = 0.1
 _MAX_BACKOFF_S = 1.0
 
 
-class UnsupportedApiError(Exception):
-    """The broker serves no version of ``api_key`` in ``lowest..highest``."""
-
-    def __init__(self, api_key: int, *, lowest: int, highest: int, served: str) -> None:
-        wanted = f"v{lowest}" if lowest == highest else f"v{lowest}-{highest}"
-        super().__init__(f"{api_name(api_key)} {wanted} is not served (the broker serves {served})")
-        self.api_key = api_key
-
-
-def api_name(api_key: int) -> str:
-    """Kafka's name of an API: ``ListTransactions`` for 66."""
-    try:
-        return "".join(word.capitalize() for word in ApiKey(api_key).name.split("_"))
-    except ValueError:
-        return f"API {api_key}"
-
-
 def split_address(address: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:9092`` for IPv6) → (host, port); ValueError if malformed."""
+    """``HOST:PORT`` (``[::1]:9092`` for IPv6) → (host, port); InvalidAddressError if
+    malformed."""
     host, sep, port = address.strip().rpartition(":")
     if not sep or not host or not port.isdigit():
-        raise ValueError(f"not HOST:PORT: {address!r}")
+        raise InvalidAddressError(f"not HOST:PORT: {address!r}")
     return host.strip("[]"), int(port)
 
 
@@ -164,13 +145,14 @@ def connect(
     """A connection to the first broker of ``bootstrap`` (``HOST:PORT[,HOST:PORT...]``) that
     accepts one, trying them in turn until ``connect_timeout_s`` has passed.
 
-    Raises the last attempt's ``OSError`` when none did, and ValueError for a malformed list.
+    Raises the last attempt's ``OSError`` when none did, and ``InvalidAddressError`` for a
+    malformed list.
     """
     addresses = [address for address in bootstrap.split(",") if address.strip()]
     for address in addresses:
         split_address(address)  # a malformed address fails at once, not at the deadline
     if not addresses:
-        raise ValueError("no bootstrap address")
+        raise InvalidAddressError("no bootstrap address")
     deadline = time.monotonic() + connect_timeout_s
     backoff_s = _FIRST_BACKOFF_S
     while True:

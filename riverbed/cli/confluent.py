@@ -1,14 +1,12 @@
-"""What every Kafka-client tool shares: the --bootstrap flag, client configs, reachability.
+"""The tools' confluent-kafka clients: configs, creation, reachability and errors.
 
-The tools (``topics``, ``produce``, ``consume``) are plain Kafka clients built on
-confluent-kafka, so they work unchanged against a Kafka cluster. This module keeps the
-parts they have in common in one place:
+The tools (``topics``, ``produce``, ``consume``, ``groups``, ``workload``) are plain Kafka
+clients built on confluent-kafka, so they work unchanged against a Kafka cluster. This
+module keeps what they do with it in one place:
 
-- ``add_connection_arguments`` adds ``--bootstrap`` and ``--connect-timeout-ms``, and
-  ``add_action`` one action of a tool with several (``topics create``), with both;
-- ``parse_assignments`` turns repeated ``KEY=VALUE`` flags into a dict (exit 2 on a bad one);
-- ``client_config`` builds a librdkafka config with librdkafka's own log lines silenced
-  (they would interleave with the tool's output) and its errors collected instead;
+- ``create_client`` makes a client whose config has librdkafka's own log lines silenced
+  (they would interleave with the tool's output) and its errors collected instead
+  (``ErrorLog``); a config librdkafka rejects exits 2;
 - ``require_topic`` checks that the topic (and partition) a tool names exists;
 - ``wait_for_cluster`` asks for cluster metadata, bounded by the connect timeout, and turns
   an unreachable cluster into one ``CliError`` line instead of a hang;
@@ -16,6 +14,8 @@ parts they have in common in one place:
   tool's ``run`` so that no ``KafkaException`` escapes as a traceback;
 - ``connect_admin`` makes an AdminClient and checks the cluster answers; ``admin_result``
   and ``admin_error_code`` read one admin request's future.
+
+The flags they read (``--bootstrap``, ``--connect-timeout-ms``) are ``arguments``'.
 """
 
 from __future__ import annotations
@@ -24,46 +24,40 @@ import argparse
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ClusterMetadata, TopicMetadata
+
+# confluent_kafka.admin ships type hints but re-exports these names without declaring them
+# (no __all__), so mypy --strict does not count them as exported.
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ClusterMetadata,
+    TopicMetadata,
+)
 
 from riverbed.cli.errors import CliError
 
 __all__ = [
-    "ADMIN_REQUEST_TIMEOUT_S",
-    "DEFAULT_BOOTSTRAP",
-    "DEFAULT_CONNECT_TIMEOUT_MS",
+    "REQUEST_TIMEOUT_S",
     "ErrorLog",
-    "add_action",
-    "add_connection_arguments",
-    "add_state_filter",
     "admin_error_code",
     "admin_result",
-    "client_config",
     "connect_admin",
     "create_client",
     "describe_kafka_error",
     "kafka_errors",
-    "non_negative_int",
-    "parse_assignments",
-    "positive_int",
     "require_topic",
     "wait_for_cluster",
 ]
 
-# DESIGN.md, "Setup and commands": every tool defaults to the broker's default listener.
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-# How long a tool waits for the first metadata before saying no broker is reachable. Kafka's
-# own tools retry forever; 10 s is long enough for a broker that is still starting up.
-DEFAULT_CONNECT_TIMEOUT_MS = 10_000
-# Kafka's default request.timeout.ms (30000): how long one admin request may take.
-ADMIN_REQUEST_TIMEOUT_S = 30.0
+# Kafka's default request.timeout.ms (30000): how long a tool waits for the answer to one
+# request (an admin request, ListOffsets by time).
+REQUEST_TIMEOUT_S = 30.0
 
-# librdkafka's log lines go here; without a handler they are dropped (see client_config).
+# librdkafka's log lines go here; without a handler they are dropped (see _client_config).
 _LIBRDKAFKA_LOG = logging.getLogger("riverbed.cli.librdkafka")
 _LIBRDKAFKA_LOG.addHandler(logging.NullHandler())
 _LIBRDKAFKA_LOG.propagate = False
@@ -99,84 +93,7 @@ class ErrorLog:
         return next((e for e in reversed(self.errors) if e.fatal()), None)
 
 
-def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--bootstrap HOST:PORT`` and ``--connect-timeout-ms MS`` to one tool's parser."""
-    parser.add_argument(
-        "--bootstrap",
-        "--bootstrap-server",
-        dest="bootstrap",
-        default=DEFAULT_BOOTSTRAP,
-        metavar="HOST:PORT",
-        help=f"broker(s) to connect to, comma-separated (default {DEFAULT_BOOTSTRAP})",
-    )
-    parser.add_argument(
-        "--connect-timeout-ms",
-        type=positive_int,
-        default=DEFAULT_CONNECT_TIMEOUT_MS,
-        metavar="MS",
-        help="give up when no broker answers within this time "
-        f"(default {DEFAULT_CONNECT_TIMEOUT_MS})",
-    )
-
-
-def add_state_filter(
-    parser: argparse.ArgumentParser, parse: Callable[[str], Any], *, states: Iterable[str], of: str
-) -> None:
-    """``--state STATE[,STATE...]``, repeatable: ``args.state`` is a list of ``parse`` results."""
-    parser.add_argument(
-        "--state",
-        action="append",
-        default=[],
-        type=parse,
-        metavar="STATE[,STATE...]",
-        help=f"only {of} in these states: " + ", ".join(states) + " (repeatable)",
-    )
-
-
-def add_action(
-    actions: Any, name: str, run: Callable[[argparse.Namespace], int], help_text: str
-) -> argparse.ArgumentParser:
-    """Add action ``name`` to a tool's subparsers; ``run`` is wrapped with ``kafka_errors``."""
-    parser: argparse.ArgumentParser = actions.add_parser(
-        name, help=help_text, description=help_text[0].upper() + help_text[1:] + "."
-    )
-    add_connection_arguments(parser)
-    parser.set_defaults(run=kafka_errors(run))
-    return parser
-
-
-def positive_int(text: str) -> int:
-    """argparse ``type=`` for counts and durations: an integer > 0."""
-    return _int_at_least(text, 1)
-
-
-def non_negative_int(text: str) -> int:
-    """argparse ``type=`` for partitions, offsets and timestamps: an integer >= 0."""
-    return _int_at_least(text, 0)
-
-
-def _int_at_least(text: str, minimum: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < minimum:
-        raise argparse.ArgumentTypeError(f"must be at least {minimum}: {text!r}")
-    return value
-
-
-def parse_assignments(assignments: Iterable[str], *, flag: str) -> dict[str, str]:
-    """``["a=1", "b=x=y"]`` → ``{"a": "1", "b": "x=y"}``; a malformed one is a usage error."""
-    result: dict[str, str] = {}
-    for assignment in assignments:
-        key, sep, value = assignment.partition("=")
-        if not sep or not key.strip():
-            raise CliError(f"{flag} expects KEY=VALUE, got {assignment!r}", exit_code=2)
-        result[key.strip()] = value
-    return result
-
-
-def client_config(
+def _client_config(
     args: argparse.Namespace, errors: ErrorLog, extra: dict[str, str] | None = None
 ) -> dict[str, Any]:
     """A librdkafka config for ``args.bootstrap``; ``extra`` (user passthrough) wins."""
@@ -190,10 +107,17 @@ def client_config(
     return config
 
 
-def create_client(factory: Callable[[dict[str, Any]], C], config: dict[str, Any]) -> C:
-    """``factory(config)``; a config librdkafka rejects (a bad passthrough property) → exit 2."""
+def create_client(
+    factory: Callable[[dict[str, Any]], C],
+    args: argparse.Namespace,
+    settings: dict[str, str] | None = None,
+) -> tuple[C, ErrorLog]:
+    """``factory`` (``Producer``, ``Consumer``, ``AdminClient``) for ``args.bootstrap`` with
+    ``settings``, and the ``ErrorLog`` its errors go to; a config librdkafka rejects (a bad
+    passthrough property) → exit 2."""
+    errors = ErrorLog()
     try:
-        return factory(config)
+        return factory(_client_config(args, errors, settings)), errors
     except (KafkaException, ValueError, TypeError) as e:
         raise CliError(
             f"invalid client configuration: {describe_kafka_error(e)}", exit_code=2
@@ -279,8 +203,7 @@ def describe_kafka_error(error: KafkaError | KafkaException | object) -> str:
 
 def connect_admin(args: argparse.Namespace) -> tuple[AdminClient, ClusterMetadata]:
     """An AdminClient for ``args.bootstrap`` and the cluster's metadata (or a ``CliError``)."""
-    errors = ErrorLog()
-    admin = create_client(AdminClient, client_config(args, errors))
+    admin, errors = create_client(AdminClient, args)
     return admin, wait_for_cluster(admin, args, errors)
 
 

@@ -1,4 +1,4 @@
-"""``riverbed.cli.wire_client.connect``: a bootstrap list, retried until a broker listens."""
+"""``riverbed.client.connect``: a bootstrap list, retried until a broker listens."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from riverbed.cli.wire_client import connect, split_address
+from riverbed.client import connect, split_address
 from tests.cli.test_tools import free_port
 
 

@@ -1,6 +1,6 @@
-"""The codec of riverbed's own Kafka client (``riverbed.cli.wire_codec``) against the
-broker's codec (``riverbed.protocol``): requests it reads, responses it wrote, every
-truncation of a frame, and arbitrary bytes."""
+"""The client side of the codec (``client_codec``, riverbed's own Kafka client's) against
+the broker's side (``codec``): requests it reads, responses it wrote, every truncation of a
+frame, and arbitrary bytes."""
 
 from __future__ import annotations
 
@@ -12,13 +12,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from riverbed.cli.wire_codec import (
+from riverbed.protocol import (
+    ApiKey,
     MalformedResponseError,
+    Request,
+    decode_request,
     decode_response,
     encode_request,
+    encode_response,
     request_body,
 )
-from riverbed.protocol import ApiKey, Request, decode_request, encode_response
 
 DESCRIBE, LIST = ApiKey.DESCRIBE_TRANSACTIONS, ApiKey.LIST_TRANSACTIONS
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)

@@ -1,9 +1,8 @@
 """Requests to frames, response frames to kio values: the client side of the Kafka wire (sans-IO).
 
-confluent-kafka has no admin API for some requests (DescribeTransactions, ListTransactions),
-so ``riverbed transactions`` speaks them itself. This module is that client's codec, on kio
-(the schemas ``riverbed.protocol`` uses for the broker's side); ``riverbed.cli.wire_client``
-does the socket work. Bytes in, values out; values in, bytes out; no I/O.
+``codec`` is the broker's side (request frames in, responses out); this module is the other
+direction, for ``riverbed.client`` (which does the socket work) and the broker's wire-level
+tests. Both use kio's schemas. Bytes in, values out; values in, bytes out; no I/O.
 
 A frame is ``int32 size`` + ``size`` bytes. The headers are kio's schemas, chosen by the
 body's schema as Kafka's message definitions say:
@@ -32,21 +31,12 @@ from typing import Any, get_args, get_origin
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
-__all__ = [
-    "MalformedResponseError",
-    "decode_response",
-    "encode_request",
-    "request_body",
-    "response_schema",
-]
+from riverbed.protocol.errors import MalformedResponseError
+
+__all__ = ("decode_response", "encode_request", "request_body")
 
 _SCHEMA_ATTRIBUTES = ("__type__", "__version__", "__flexible__", "__api_key__",
                       "__header_schema__")  # fmt: skip
-
-
-class MalformedResponseError(Exception):
-    """The broker's answer could not be read as the response asked for: its fault, or a
-    broker speaking another version than it advertised."""
 
 
 def request_body(api_key: int, version: int, **fields: Any) -> Any:
@@ -86,7 +76,7 @@ def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]
     Raises ``MalformedResponseError`` if the frame is not a response of ``api_key`` at
     ``version``, and never any other exception.
     """
-    schema: Any = response_schema(api_key, version)
+    schema: Any = _response_schema(api_key, version)
     try:
         header, header_size = _reader(schema.__header_schema__)(frame, 0)
         body, _ = _reader(schema)(frame, header_size)
@@ -104,7 +94,7 @@ def _reader(schema: Any) -> Callable[[bytes, int], tuple[Any, int]]:
 
 
 @cache
-def response_schema(api_key: int, version: int) -> type[Any]:
+def _response_schema(api_key: int, version: int) -> type[Any]:
     """kio's response schema, with non-nullable timestamps made nullable (see above)."""
     schema: type[Any] = _nullable_timestamps(load_response_schema(api_key, version))
     return schema
