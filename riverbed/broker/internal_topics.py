@@ -7,7 +7,9 @@ starts; clients cannot produce to them (Produce answers INVALID_TOPIC_EXCEPTION)
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+import json
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from riverbed.log.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, BatchHeader, iter_batches
 from riverbed.log.errors import LogError
@@ -21,7 +23,10 @@ __all__ = [
     "TRANSACTION_STATE_TOPIC",
     "Flush",
     "InternalTopic",
+    "decode_json_object",
+    "encode_json",
     "ensure_topic",
+    "is_internal",
     "java_string_hash",
     "partition_for",
 ]
@@ -51,6 +56,21 @@ def partition_for(key: str, *, partitions: int) -> int:
     h = java_string_hash(key)
     magnitude = 0 if h == -(2**31) else abs(h)
     return magnitude % partitions
+
+
+def encode_json(document: Mapping[str, Any]) -> bytes:
+    """A record key or value of an internal topic: compact UTF-8 JSON, keys in the order
+    given, so that the same identity always gives the same key bytes (compaction keeps the
+    last record per key)."""
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def decode_json_object(data: bytes, *, what: str) -> dict[str, Any]:
+    """The JSON object in ``data``; ValueError if it is not one (``what`` names it)."""
+    document = json.loads(data)
+    if not isinstance(document, dict):
+        raise ValueError(f"{what} is not a JSON object: {bytes(data[:80])!r}")
+    return document
 
 
 def is_internal(topic: str) -> bool:

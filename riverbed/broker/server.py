@@ -30,9 +30,9 @@ from typing import IO
 from riverbed.broker.config import BrokerConfig, ConfigError, parse_properties
 from riverbed.broker.connection import Connection
 from riverbed.broker.flusher import GroupFlusher
-from riverbed.broker.groups.consumer_protocol import ConsumerGroups, TopicInfo
+from riverbed.broker.groups.consumer import ConsumerGroups, TopicInfo
 from riverbed.broker.groups.coordinator import GroupCoordinator, GroupSettings
-from riverbed.broker.groups.offsets import OffsetStore
+from riverbed.broker.groups.offset_store import OffsetStore
 from riverbed.broker.groups.timers import LoopTimers
 from riverbed.broker.internal_topics import OFFSETS_TOPIC
 from riverbed.broker.log_maintenance import LogMaintenance

@@ -14,15 +14,14 @@ from typing import Any, TypeVar
 from riverbed.broker.groups import (
     GroupCoordinator,
     GroupSettings,
-    GroupState,
-    JoinResult,
     ManualTimers,
     OffsetStore,
     OffsetValue,
 )
-from riverbed.broker.groups.consumer_protocol import Heartbeat
-from riverbed.broker.groups.records import java_string_hash, partition_for
-from riverbed.broker.groups.subscription import subscription_topics
+from riverbed.broker.groups.classic import GroupState, JoinResult
+from riverbed.broker.groups.classic.subscription import subscription_topics
+from riverbed.broker.groups.consumer import Heartbeat
+from riverbed.broker.internal_topics import java_string_hash, partition_for
 from riverbed.log.config import LogConfig
 from riverbed.log.log import Log
 from riverbed.log.manager import LogManager

@@ -1,9 +1,14 @@
 """The group coordinator: every group of this broker, their committed offsets and admin views.
 
-One :class:`GroupCoordinator` per broker serves every group (a single broker coordinates all
-of them). The classic protocol's requests come from
-:class:`~riverbed.broker.groups.classic_protocol.ClassicProtocol`; this module adds what is
-not about one protocol's membership:
+One :class:`GroupCoordinator` per broker serves every group of both protocols (a single
+broker coordinates all of them). The classic protocol's requests come from its base class,
+:class:`~riverbed.broker.groups.classic.ClassicMembership`; the consumer protocol's (KIP-848)
+groups are a :class:`~riverbed.broker.groups.consumer.ConsumerGroups` state machine it owns
+and whose deadlines it runs on its timers. This module adds what is not about one
+protocol's membership:
+
+- one group id, one type (Kafka 4's rule): an empty group of one protocol becomes a group of
+  the other when a member of that one arrives, keeping its offsets; a live one refuses;
 
 - loading: after the offset store has replayed ``__consumer_offsets``, every group it knows
   comes back Empty (:meth:`GroupCoordinator.finish_loading`); until then requests answer
@@ -11,7 +16,7 @@ not about one protocol's membership:
 - offsets: :meth:`GroupCoordinator.commit_offsets` validates a commit against the group
   (generation/member checks; generation -1 commits are allowed for empty or unknown groups,
   Kafka's "simple" groups) and stores it in the
-  :class:`~riverbed.broker.groups.offsets.OffsetStore`. Offsets of groups that stay Empty
+  :class:`~riverbed.broker.groups.offset_store.OffsetStore`. Offsets of groups that stay Empty
   expire after ``offsets.retention.minutes``, checked every
   ``offsets.retention.check.interval.ms``; an empty group left without offsets is removed;
 - admin: ListGroups, DescribeGroups, DeleteGroups.
@@ -27,17 +32,20 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from riverbed.broker.groups.classic_protocol import ClassicProtocol
-from riverbed.broker.groups.classic_rebalance import GroupSettings
-from riverbed.broker.groups.consumer_protocol import (
+from riverbed.broker.groups.classic import (
+    ClassicGroup,
+    ClassicMembership,
+    GroupSettings,
+    GroupState,
+)
+from riverbed.broker.groups.consumer import (
     ConsumerGroupError,
     ConsumerGroups,
-    GroupIdNotFoundError,
     Heartbeat,
     HeartbeatResult,
 )
-from riverbed.broker.groups.group import ClassicGroup, GroupState
-from riverbed.broker.groups.offsets import OffsetStore, OffsetValue, TopicPartition
+from riverbed.broker.groups.offset_store import OffsetStore, TopicPartition
+from riverbed.broker.groups.offsets_topic_records import OffsetValue
 from riverbed.broker.groups.timers import Timers
 from riverbed.protocol import ErrorCode
 
@@ -84,7 +92,7 @@ class GroupDescription:
     error_message: str | None = None
 
 
-class GroupCoordinator(ClassicProtocol):
+class GroupCoordinator(ClassicMembership):
     """Every group of this broker, and their committed offsets (module doc)."""
 
     def __init__(
@@ -334,7 +342,9 @@ class GroupCoordinator(ClassicProtocol):
             # classic group becomes a consumer group, keeping its offsets; a live one is not
             # a consumer group. (No online migration of classic members.)
             if classic.state is not GroupState.EMPTY or classic.pending_members:
-                raise GroupIdNotFoundError(f"Group {request.group_id} is not a consumer group.")
+                raise ConsumerGroupError(
+                    E.group_id_not_found, f"Group {request.group_id} is not a consumer group."
+                )
             log.info("group %s: the empty classic group becomes a consumer group", classic.group_id)
             self._forget(classic)
         try:

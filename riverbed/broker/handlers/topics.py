@@ -15,6 +15,8 @@ from riverbed.log.config import LogConfig
 from riverbed.log.errors import InvalidPartitionsError, LogError
 from riverbed.protocol import ErrorCode, Request
 
+__all__ = ["create_partitions", "create_topics", "delete_topics"]
+
 DEFAULT = -1  # num_partitions / replication_factor: "use the broker's default"
 # Kafka's DescribeConfigs/CreateTopics config sources.
 SOURCE_DYNAMIC_TOPIC = 1

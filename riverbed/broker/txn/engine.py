@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 from riverbed.broker.groups.timers import Timers
 from riverbed.broker.internal_topics import Flush
-from riverbed.broker.txn.metadata import TopicPartition, TxnMetadata, TxnState
 from riverbed.broker.txn.state_log import TxnStateLog
+from riverbed.broker.txn.transaction_metadata import TopicPartition, TxnMetadata, TxnState
 from riverbed.log.errors import LogError
 from riverbed.log.log import Log
 from riverbed.log.manager import LogManager

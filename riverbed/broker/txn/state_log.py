@@ -1,10 +1,11 @@
 """``__transaction_state``: where the transaction coordinator keeps its ids.
 
-One record per change of an id (format in :mod:`riverbed.broker.txn.metadata`), appended
-to the partition of the id (``abs(java_hash(id)) % partitions``, as Kafka places both
-groups and transactional ids), read back whole at start-up; the last record per id wins,
-a tombstone forgets it. The topic is created on first write, compacted, with
-``transaction.state.log.num.partitions`` partitions (an existing topic keeps its count).
+One record per change of an id (format in
+:mod:`riverbed.broker.txn.transaction_metadata`), appended to the partition of the id
+(``abs(java_hash(id)) % partitions``, as Kafka places both groups and transactional ids),
+read back whole at start-up; the last record per id wins, a tombstone forgets it. The
+topic is created on first write, compacted, with ``transaction.state.log.num.partitions``
+partitions (an existing topic keeps its count).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import logging
 from collections.abc import Callable
 
 from riverbed.broker.internal_topics import TRANSACTION_STATE_TOPIC, Flush, InternalTopic
-from riverbed.broker.txn.metadata import (
+from riverbed.broker.txn.transaction_metadata import (
     TxnMetadata,
     decode_key,
     decode_value,

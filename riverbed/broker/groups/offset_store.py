@@ -1,10 +1,11 @@
 """Committed offsets (and group records), durable in the internal topic ``__consumer_offsets``.
 
 The log is the store: every change is one record appended to the partition of the group
-(:func:`~riverbed.broker.groups.records.partition_for`) and fsynced before the caller is
+(:func:`~riverbed.broker.internal_topics.partition_for`) and fsynced before the caller is
 told it happened — a commit is acknowledged with ``acks=all`` semantics. The in-memory maps
 are a cache of the log's last record per key, rebuilt at start-up by :meth:`OffsetStore.load`
-(one linear read of every partition). Record format: :mod:`riverbed.broker.groups.records`.
+(one linear read of every partition). Record format:
+:mod:`riverbed.broker.groups.offsets_topic_records`.
 
 The topic is created on first write with ``offsets.topic.num.partitions`` partitions and
 ``cleanup.policy=compact`` (compaction itself is issue 5). If it already exists, its real
@@ -35,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from riverbed.broker.groups.records import (
+from riverbed.broker.groups.offsets_topic_records import (
     GroupKey,
     OffsetKey,
     OffsetValue,
@@ -51,7 +52,7 @@ from riverbed.log.log import Log
 from riverbed.log.manager import LogManager
 from riverbed.log.records import COMMIT, control_type, decode_records
 
-__all__ = ["OFFSETS_TOPIC", "OffsetStore", "OffsetValue", "TopicPartition"]
+__all__ = ["OffsetStore", "TopicPartition"]
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """The classic protocol's rebalance engine: group states, timers and member liveness.
 
 :class:`ClassicRebalance` holds every classic group of the broker and moves them between
-states (:mod:`riverbed.broker.groups.group` draws the diagram); the requests that drive it
-are :class:`riverbed.broker.groups.classic_protocol.ClassicProtocol`'s. Kafka's classic
-protocol (``GroupCoordinator``/``ClassicGroup``):
+states (:mod:`riverbed.broker.groups.classic.group` draws the diagram); the requests that
+drive it are those of :class:`~riverbed.broker.groups.classic.membership.ClassicMembership`.
+Kafka's classic protocol (``GroupCoordinator``/``ClassicGroup``):
 
 - A join starts a rebalance (PreparingRebalance). The rebalance ends when every known member
   has rejoined, or when the group's rebalance timeout (the largest of its members') expires;
@@ -34,8 +34,14 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from riverbed.broker.groups.group import ClassicGroup, GroupState, JoinResult, Member, SyncResult
-from riverbed.broker.groups.offsets import OffsetStore
+from riverbed.broker.groups.classic.group import (
+    ClassicGroup,
+    GroupState,
+    JoinResult,
+    Member,
+    SyncResult,
+)
+from riverbed.broker.groups.offset_store import OffsetStore
 from riverbed.broker.groups.timers import Timers
 from riverbed.protocol import ErrorCode
 
