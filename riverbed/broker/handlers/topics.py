@@ -2,10 +2,15 @@
 
 One broker holds every partition, so a replication factor above 1 cannot be met
 (INVALID_REPLICATION_FACTOR) and manual replica assignments may name only this broker.
+
+A CreateTopics that names a topic more than once creates none of those entries and answers
+that name once, with INVALID_REQUEST "Duplicate topic name.", after the other topics'
+results; the other topics are created as usual (Kafka's controller, below).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from riverbed.broker.errors import error_code_for
@@ -45,16 +50,23 @@ def _check_replicas(state: BrokerState, topic: Any) -> None:
             )
 
 
-def _create_one(state: BrokerState, topic: Any, *, validate_only: bool) -> dict[str, Any]:
-    result: dict[str, Any] = {
-        "name": topic.name,
+def _topic_result(
+    name: str, code: ErrorCode = ErrorCode.none, message: str | None = None
+) -> dict[str, Any]:
+    """One CreatableTopicResult, with Kafka's defaults for what is not known."""
+    return {
+        "name": name,
         "topic_id": None,
-        "error_code": ErrorCode.none,
-        "error_message": None,
+        "error_code": code,
+        "error_message": message,
         "num_partitions": -1,
         "replication_factor": -1,
         "configs": None,
     }
+
+
+def _create_one(state: BrokerState, topic: Any, *, validate_only: bool) -> dict[str, Any]:
+    result = _topic_result(topic.name)
     configs = {c.name: c.value for c in topic.configs if c.value is not None}
     partitions = topic.num_partitions
     if partitions == DEFAULT:
@@ -99,20 +111,24 @@ def _create_one(state: BrokerState, topic: Any, *, validate_only: bool) -> dict[
 async def create_topics(state: BrokerState, request: Request) -> dict[str, Any]:
     body = request.body
     validate_only = bool(getattr(body, "validate_only", False))
-    seen: set[str] = set()
-    results = []
-    for topic in body.topics:
-        if topic.name in seen:
-            results.append(
-                {
-                    "name": topic.name,
-                    "error_code": ErrorCode.invalid_request,
-                    "error_message": "topic named twice in one request",
-                }
-            )
-            continue
-        seen.add(topic.name)
-        results.append(_create_one(state, topic, validate_only=validate_only))
+    # A name given twice is not created and gets one answer, after the others (librdkafka
+    # refuses a response that names a topic twice): Kafka's ControllerApis.createTopics,
+    # apache/kafka core/src/main/scala/kafka/server/ControllerApis.scala lines 396-405
+    # (finding the duplicates), 415-423 (leaving them out of the creation) and 424-430 (their
+    # results, added after the controller's) at commit 1eb7644. The ZooKeeper-era
+    # KafkaApis.handleCreateTopicsRequest answered every entry ("Found multiple entries for
+    # this topic.", KafkaApis.scala lines 1997-1999 there).
+    named = Counter(topic.name for topic in body.topics)
+    results = [
+        _create_one(state, topic, validate_only=validate_only)
+        for topic in body.topics
+        if named[topic.name] == 1
+    ]
+    results += [
+        _topic_result(name, ErrorCode.invalid_request, "Duplicate topic name.")
+        for name, count in named.items()
+        if count > 1
+    ]
     return {"throttle_time": 0, "topics": results}
 
 
