@@ -128,9 +128,10 @@ class InternalTopic:
         segment_bytes: int,
     ) -> None:
         self.name = name
+        self.clock = clock
+        """The broker's clock (epoch milliseconds), which stamps every record appended."""
         self._logs = logs
         self._flush = flush
-        self._clock = clock
         self._partitions = partitions
         self._segment_bytes = segment_bytes
 
@@ -156,7 +157,7 @@ class InternalTopic:
         partition, fsynced before returning if ``flush``; transactional for ``producer``
         (id, epoch). Raises LogError/OSError if it could not."""
         partition_log = self.partition_log(key)
-        now = self._clock()
+        now = self.clock()
         producer_id, epoch = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH) if producer is None else producer
         batch = build_batch(
             [SimpleRecord(key=k, value=v, timestamp_ms=now) for k, v in records],

@@ -21,7 +21,12 @@ from riverbed.broker.groups import (
 from riverbed.broker.groups.classic import GroupState, JoinResult
 from riverbed.broker.groups.classic.subscription import subscription_topics
 from riverbed.broker.groups.consumer import Heartbeat
-from riverbed.broker.internal_topics import java_string_hash, partition_for
+from riverbed.broker.internal_topics import (
+    OFFSETS_TOPIC,
+    InternalTopic,
+    java_string_hash,
+    partition_for,
+)
 from riverbed.log.config import LogConfig
 from riverbed.log.log import Log
 from riverbed.log.manager import LogManager
@@ -48,9 +53,15 @@ class Harness:
         self.coordinator.finish_loading()
 
     def new_store(self) -> OffsetStore:
-        return OffsetStore(
-            self.logs, flush=_flush, clock=self.timers.now_ms, partitions=3, segment_bytes=1 << 20
+        offsets = InternalTopic(
+            self.logs,
+            OFFSETS_TOPIC,
+            flush=_flush,
+            clock=self.timers.now_ms,
+            partitions=3,
+            segment_bytes=1 << 20,
         )
+        return OffsetStore(offsets)
 
     def join(
         self,

@@ -238,30 +238,58 @@ class GroupCoordinator(ClassicMembership):
 
         Returns the error for every partition of the request; raises ``LogError``/``OSError``
         if the store could not write it."""
+        error = self._refuse_commit(
+            group_id,
+            generation_id=generation_id,
+            member_id=member_id,
+            group_instance_id=group_instance_id,
+            transactional=producer is not None,
+        )
+        if error is not None:
+            return error
+        self._writing[group_id] += 1  # expiry must not drop the group meanwhile
+        try:
+            await self.store.commit(group_id, offsets, producer=producer)
+        finally:
+            self._writing[group_id] -= 1
+            if not self._writing[group_id]:
+                del self._writing[group_id]
+        return E.none
+
+    def _refuse_commit(
+        self,
+        group_id: str,
+        *,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        transactional: bool,
+    ) -> ErrorCode | None:
+        """Why a commit may not be stored, or None (then a classic group's member has
+        heartbeated, and an unknown group has become a "simple" one)."""
         if not self.loaded:
             return E.coordinator_load_in_progress
         if not group_id:
             return E.invalid_group_id
         if group_id in self.consumer:
             # KIP-848: the member epoch arrives in the generation field (any version).
-            if producer is None or member_id:
+            if not transactional or member_id:
                 try:
                     self.consumer.validate_offset_commit(
                         group_id, member_id=member_id, member_epoch=generation_id
                     )
                 except ConsumerGroupError as e:
                     return e.error_code
-            await self._store_offsets(group_id, offsets, producer)
-            return E.none
+            return None
         group = self._groups.get(group_id)
         if group is None:
-            if generation_id >= 0 and producer is None:
+            if generation_id >= 0 and not transactional:
                 return E.illegal_generation  # an old generation of a group that is gone
             group = ClassicGroup(group_id=group_id, state_timestamp_ms=self._timers.now_ms())
             self._groups[group_id] = group  # a "simple" group: offsets only
         elif group.state is GroupState.DEAD:
             return E.coordinator_not_available
-        elif producer is not None:
+        elif transactional:
             if member_id and member_id not in group.members:
                 return E.unknown_member_id
             if generation_id >= 0 and generation_id != group.generation_id:
@@ -277,22 +305,7 @@ class GroupCoordinator(ClassicMembership):
             self._heartbeat(group, group.members[member_id])
         else:
             return E.unknown_member_id
-        await self._store_offsets(group_id, offsets, producer)
-        return E.none
-
-    async def _store_offsets(
-        self,
-        group_id: str,
-        offsets: Mapping[TopicPartition, OffsetValue],
-        producer: tuple[int, int] | None = None,
-    ) -> None:
-        self._writing[group_id] += 1  # expiry must not drop the group meanwhile
-        try:
-            await self.store.commit(group_id, offsets, producer=producer)
-        finally:
-            self._writing[group_id] -= 1
-            if not self._writing[group_id]:
-                del self._writing[group_id]
+        return None
 
     def fetch_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition] | None

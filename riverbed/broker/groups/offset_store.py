@@ -32,7 +32,7 @@ every other method runs on the event loop.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,9 +47,8 @@ from riverbed.broker.groups.offsets_topic_records import (
     encode_key,
     encode_offset_value,
 )
-from riverbed.broker.internal_topics import OFFSETS_TOPIC, Flush, InternalTopic
+from riverbed.broker.internal_topics import OFFSETS_TOPIC, InternalTopic
 from riverbed.log.log import Log
-from riverbed.log.manager import LogManager
 from riverbed.log.records import COMMIT, control_type, decode_records
 
 __all__ = ["OffsetStore", "TopicPartition"]
@@ -75,24 +74,9 @@ class OffsetStore:
     unchanged.
     """
 
-    def __init__(
-        self,
-        logs: LogManager,
-        *,
-        flush: Flush,
-        clock: Callable[[], int],
-        partitions: int,
-        segment_bytes: int,
-    ) -> None:
-        self._topic = InternalTopic(
-            logs,
-            OFFSETS_TOPIC,
-            flush=flush,
-            clock=clock,
-            partitions=partitions,
-            segment_bytes=segment_bytes,
-        )
-        self._clock = clock
+    def __init__(self, topic: InternalTopic) -> None:
+        """``topic`` is ``__consumer_offsets``, created on the first write."""
+        self._topic = topic
         self._offsets: dict[str, dict[TopicPartition, _Entry]] = {}
         self._groups: dict[str, tuple[dict[str, Any], int]] = {}
         # (partition, producer id) -> group -> offsets of an open transaction (TxnOffsetCommit)
@@ -213,7 +197,7 @@ class OffsetStore:
         offsets stay pending until :meth:`complete_transaction` sees its marker."""
         if not offsets:
             return
-        now = self._clock()
+        now = self._topic.clock()
         records = []
         for (topic, partition), value in offsets.items():
             if value.commit_timestamp_ms < 0:

@@ -173,27 +173,31 @@ async def delete_topics(state: BrokerState, request: Request) -> dict[str, Any]:
     return {"throttle_time": 0, "responses": results}
 
 
+def _add_partitions(state: BrokerState, topic: Any, *, validate_only: bool) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "name": topic.name,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+    }
+    try:
+        current = state.logs.topics().get(topic.name)
+        if not validate_only:
+            state.logs.create_partitions(topic.name, total=topic.count)
+        elif current is None:
+            state.logs.log(topic.name, 0)  # raises UnknownTopicOrPartitionError
+        elif topic.count <= current.partitions:
+            raise InvalidPartitionsError(
+                f"topic has {current.partitions} partitions; {topic.count} is not more"
+            )
+    except (LogError, OSError) as e:
+        result.update(error_code=error_code_for(e), error_message=str(e))
+    return result
+
+
 async def create_partitions(state: BrokerState, request: Request) -> dict[str, Any]:
     body = request.body
-    results = []
-    for topic in body.topics:
-        result: dict[str, Any] = {
-            "name": topic.name,
-            "error_code": ErrorCode.none,
-            "error_message": None,
-        }
-        try:
-            current = state.logs.topics().get(topic.name)
-            if body.validate_only:
-                if current is None:
-                    state.logs.log(topic.name, 0)  # raises UnknownTopicOrPartitionError
-                elif topic.count <= current.partitions:
-                    raise InvalidPartitionsError(
-                        f"topic has {current.partitions} partitions; {topic.count} is not more"
-                    )
-            else:
-                state.logs.create_partitions(topic.name, total=topic.count)
-        except (LogError, OSError) as e:
-            result.update(error_code=error_code_for(e), error_message=str(e))
-        results.append(result)
+    results = [
+        _add_partitions(state, topic, validate_only=bool(body.validate_only))
+        for topic in body.topics
+    ]
     return {"throttle_time": 0, "results": results}

@@ -11,9 +11,8 @@ partitions (an existing topic keeps its count).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
-from riverbed.broker.internal_topics import TRANSACTION_STATE_TOPIC, Flush, InternalTopic
+from riverbed.broker.internal_topics import TRANSACTION_STATE_TOPIC, InternalTopic
 from riverbed.broker.txn.transaction_metadata import (
     TxnMetadata,
     decode_key,
@@ -21,7 +20,6 @@ from riverbed.broker.txn.transaction_metadata import (
     encode_key,
     encode_value,
 )
-from riverbed.log.manager import LogManager
 from riverbed.log.records import decode_records
 
 __all__ = ["TxnStateLog"]
@@ -32,23 +30,9 @@ log = logging.getLogger(__name__)
 class TxnStateLog:
     """Reads and appends the records of ``__transaction_state``."""
 
-    def __init__(
-        self,
-        logs: LogManager,
-        *,
-        flush: Flush,
-        clock: Callable[[], int],
-        partitions: int,
-        segment_bytes: int,
-    ) -> None:
-        self._topic = InternalTopic(
-            logs,
-            TRANSACTION_STATE_TOPIC,
-            flush=flush,
-            clock=clock,
-            partitions=partitions,
-            segment_bytes=segment_bytes,
-        )
+    def __init__(self, topic: InternalTopic) -> None:
+        """``topic`` is ``__transaction_state``, created on the first write."""
+        self._topic = topic
 
     def load(self) -> dict[str, TxnMetadata]:
         """The last state of every id that has one (a record that does not decode is

@@ -24,7 +24,7 @@ coordinator). UTF-8 JSON with a fixed key order, as the records of ``__consumer_
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from riverbed.broker.internal_topics import decode_json_object, encode_json
 
@@ -79,18 +79,8 @@ class TxnMetadata:
     """Per partition, its log end offset when the outcome was decided (Prepare*, Complete*)."""
 
     def copy(self) -> TxnMetadata:
-        return TxnMetadata(
-            transactional_id=self.transactional_id,
-            producer_id=self.producer_id,
-            producer_epoch=self.producer_epoch,
-            last_producer_epoch=self.last_producer_epoch,
-            timeout_ms=self.timeout_ms,
-            state=self.state,
-            partitions=set(self.partitions),
-            start_ms=self.start_ms,
-            update_ms=self.update_ms,
-            bounds=dict(self.bounds),
-        )
+        """An independent copy (its sets and maps are copied too)."""
+        return replace(self, partitions=set(self.partitions), bounds=dict(self.bounds))
 
 
 def encode_key(transactional_id: str) -> bytes:

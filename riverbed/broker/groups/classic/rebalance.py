@@ -131,6 +131,8 @@ class ClassicRebalance:
     def _current_generation(
         self, group: ClassicGroup, member: Member, *, skip_assignment: bool = False
     ) -> JoinResult:
+        """``member``'s JoinGroup answer in the current generation (the leader's carries
+        every member's metadata)."""
         is_leader = member.member_id == group.leader_id
         return JoinResult(
             error_code=E.none,
@@ -237,20 +239,9 @@ class ClassicRebalance:
         if group.leader_id not in group.members:
             group.leader_id = next(iter(group.members))
         group.transition(GroupState.COMPLETING_REBALANCE, now_ms=now)
-        members = self._member_list(group)
         for member in group.members.values():
-            is_leader = member.member_id == group.leader_id
-            result = JoinResult(
-                error_code=E.none,
-                member_id=member.member_id,
-                generation_id=group.generation_id,
-                protocol_type=group.protocol_type,
-                protocol_name=group.protocol_name,
-                leader=group.leader_id,
-                members=members if is_leader else (),
-            )
             member.is_new = False
-            resolve(member.join_waiter, result)
+            resolve(member.join_waiter, self._current_generation(group, member))
             self._heartbeat(group, member)
         generation = group.generation_id
         self._timers.set(

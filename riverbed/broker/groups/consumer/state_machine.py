@@ -215,15 +215,7 @@ class ConsumerGroups:
             # previous member's partitions and target without a rebalance.
             return group.replace(static, new_member_id=request.member_id)
         if instance_id is not None and not joining:
-            if static is None:
-                raise ConsumerGroupError(
-                    E.unknown_member_id, f"instance {instance_id} is not in {group.group_id}"
-                )
-            if static.member_id != request.member_id:
-                raise ConsumerGroupError(
-                    E.fenced_instance_id,
-                    f"instance {instance_id} belongs to member {static.member_id}",
-                )
+            self._static_member(group, instance_id, member_id=request.member_id)
         member = group.members.get(request.member_id)
         if member is None:
             if not joining:
@@ -240,6 +232,21 @@ class ConsumerGroups:
             self._check_epoch(member, request)
         # Epoch 0 from a known member: it lost its partitions and rejoins (KAFKA-19233).
         return member
+
+    @staticmethod
+    def _static_member(group: ConsumerGroup, instance_id: str, *, member_id: str) -> Member:
+        """The static member of ``instance_id``, which the heartbeat's ``member_id`` must be."""
+        static = group.static_member(instance_id)
+        if static is None:
+            raise ConsumerGroupError(
+                E.unknown_member_id, f"instance {instance_id} is not in group {group.group_id}"
+            )
+        if static.member_id != member_id:
+            raise ConsumerGroupError(
+                E.fenced_instance_id,
+                f"instance {instance_id} belongs to member {static.member_id}",
+            )
+        return static
 
     @staticmethod
     def _check_epoch(member: Member, request: Heartbeat) -> None:
@@ -298,17 +305,7 @@ class ConsumerGroups:
                     E.unknown_member_id, f"member {request.member_id} is not in the group"
                 )
         else:
-            static = group.static_member(request.instance_id)
-            if static is None:
-                raise ConsumerGroupError(
-                    E.unknown_member_id, f"instance {request.instance_id} is not in the group"
-                )
-            if static.member_id != request.member_id:
-                raise ConsumerGroupError(
-                    E.fenced_instance_id,
-                    f"instance {request.instance_id} belongs to member {static.member_id}",
-                )
-            member = static
+            member = self._static_member(group, request.instance_id, member_id=request.member_id)
             if request.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
                 # Temporarily gone: the partitions stay reserved until the session expires.
                 member.assignment = member.assignment.with_epoch(
