@@ -39,6 +39,10 @@ OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 """Kafka's name for the transaction coordinator's log."""
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
+DEFAULT_PARTITIONS = 50
+"""Kafka's offsets.topic.num.partitions and transaction.state.log.num.partitions."""
+DEFAULT_SEGMENT_BYTES = 104_857_600
+"""Kafka's offsets.topic.segment.bytes and transaction.state.log.segment.bytes (100 MiB)."""
 READ_CHUNK_BYTES = 1 << 20
 
 
@@ -124,8 +128,8 @@ class InternalTopic:
         *,
         flush: Flush,
         clock: Callable[[], int],
-        partitions: int,
-        segment_bytes: int,
+        partitions: int = DEFAULT_PARTITIONS,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
     ) -> None:
         self.name = name
         self.clock = clock

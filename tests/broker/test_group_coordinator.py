@@ -54,12 +54,7 @@ class Harness:
 
     def new_store(self) -> OffsetStore:
         offsets = InternalTopic(
-            self.logs,
-            OFFSETS_TOPIC,
-            flush=_flush,
-            clock=self.timers.now_ms,
-            partitions=3,
-            segment_bytes=1 << 20,
+            self.logs, OFFSETS_TOPIC, flush=_flush, clock=self.timers.now_ms, partitions=3
         )
         return OffsetStore(offsets)
 

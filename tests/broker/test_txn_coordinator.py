@@ -46,12 +46,7 @@ class Fixture:
             self.logs.create_topic("t", partitions=2)
         self.markers: list[tuple[str, int, int, bool]] = []
         state = InternalTopic(
-            self.logs,
-            TRANSACTION_STATE_TOPIC,
-            flush=_flush,
-            clock=self.timers.now_ms,
-            partitions=3,
-            segment_bytes=1 << 20,
+            self.logs, TRANSACTION_STATE_TOPIC, flush=_flush, clock=self.timers.now_ms, partitions=3
         )
         self.txns = TransactionCoordinator(
             logs=self.logs,
