@@ -44,19 +44,14 @@ __all__ = [
     "encode_offset_value",
 ]
 
-KEY_VERSION = 0
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OffsetKey:
+    """The key of a group's committed offset of one partition."""
+
     group: str
     topic: str
     partition: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GroupKey:
-    group: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,6 +62,17 @@ class OffsetValue:
     leader_epoch: int = -1
     metadata: str | None = ""
     commit_timestamp_ms: int = -1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupKey:
+    """The key of a group's metadata record."""
+
+    group: str
+
+
+KEY_VERSION = 0
+"""The ``v`` of every key this module writes."""
 
 
 def encode_key(key: OffsetKey | GroupKey) -> bytes:
