@@ -30,16 +30,13 @@ from typing import IO
 from riverbed.broker.config import BrokerConfig, ConfigError, parse_properties
 from riverbed.broker.connection import Connection
 from riverbed.broker.flusher import GroupFlusher
+from riverbed.broker.groups import GroupCoordinator, GroupSettings, LoopTimers, OffsetStore
 from riverbed.broker.groups.consumer import ConsumerGroups, TopicInfo
-from riverbed.broker.groups.coordinator import GroupCoordinator, GroupSettings
-from riverbed.broker.groups.offset_store import OffsetStore
-from riverbed.broker.groups.timers import LoopTimers
 from riverbed.broker.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, InternalTopic
 from riverbed.broker.log_maintenance import LogMaintenance
 from riverbed.broker.purgatory import FetchPurgatory
 from riverbed.broker.state import BrokerState
-from riverbed.broker.txn import TransactionCoordinator, TxnSettings
-from riverbed.broker.txn.state_log import TxnStateLog
+from riverbed.broker.txn import TransactionCoordinator, TxnSettings, TxnStateLog
 from riverbed.log.cleaner import CleanerSettings
 from riverbed.log.errors import LogError
 from riverbed.log.manager import LogManager

@@ -15,9 +15,8 @@ import pytest
 
 from riverbed.broker.groups import ManualTimers
 from riverbed.broker.internal_topics import TRANSACTION_STATE_TOPIC, InternalTopic
-from riverbed.broker.txn import TransactionCoordinator, TxnSettings, TxnState
+from riverbed.broker.txn import TransactionCoordinator, TxnSettings, TxnState, TxnStateLog
 from riverbed.broker.txn.engine import MAX_EPOCH
-from riverbed.broker.txn.state_log import TxnStateLog
 from riverbed.log.config import LogConfig
 from riverbed.log.log import Log
 from riverbed.log.manager import LogManager

@@ -22,7 +22,8 @@ which the coordinator and its handler turn into the answer). Only storage failur
 ``riverbed.broker.errors.error_code_for``.
 """
 
-from riverbed.broker.groups.coordinator import GroupCoordinator, GroupSettings
+from riverbed.broker.groups.classic import GroupSettings
+from riverbed.broker.groups.coordinator import GroupCoordinator
 from riverbed.broker.groups.offset_store import OffsetStore
 from riverbed.broker.groups.offsets_topic_records import OffsetValue
 from riverbed.broker.groups.timers import LoopTimers, ManualTimers

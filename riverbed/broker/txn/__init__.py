@@ -19,6 +19,7 @@ failed write of the state log answers COORDINATOR_NOT_AVAILABLE. Its timers are
 
 from riverbed.broker.txn.coordinator import TransactionCoordinator
 from riverbed.broker.txn.engine import TxnSettings
+from riverbed.broker.txn.state_log import TxnStateLog
 from riverbed.broker.txn.transaction_metadata import TxnMetadata, TxnState
 
-__all__ = ["TransactionCoordinator", "TxnMetadata", "TxnSettings", "TxnState"]
+__all__ = ["TransactionCoordinator", "TxnMetadata", "TxnSettings", "TxnState", "TxnStateLog"]
