@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from riverbed.broker.errors import error_code_for
+from riverbed.broker.errors import RequestRefused, error_code_for
 from riverbed.broker.internal_topics import is_internal
 from riverbed.broker.state import BrokerState
 from riverbed.log.config import LogConfig
@@ -28,22 +28,16 @@ SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_DEFAULT = 5
 
 
-class _Refused(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
 def _check_replicas(state: BrokerState, topic: Any) -> None:
     factor = topic.replication_factor
     if factor not in (DEFAULT, 1):
-        raise _Refused(
+        raise RequestRefused(
             ErrorCode.invalid_replication_factor,
             f"replication factor {factor} is larger than the number of brokers (1)",
         )
     for assignment in topic.assignments:
         if list(assignment.broker_ids) != [state.config.node_id]:
-            raise _Refused(
+            raise RequestRefused(
                 ErrorCode.invalid_replica_assignment,
                 f"partition {assignment.partition_index}: only broker "
                 f"{state.config.node_id} exists",
@@ -77,17 +71,14 @@ def _create_one(state: BrokerState, topic: Any, *, validate_only: bool) -> dict[
             raise InvalidPartitionsError(f"number of partitions must be at least 1: {partitions}")
         if validate_only:
             if topic.name in state.logs.topics():
-                raise _Refused(ErrorCode.topic_already_exists, f"topic {topic.name!r} exists")
+                raise RequestRefused(ErrorCode.topic_already_exists, f"topic {topic.name!r} exists")
             effective = LogConfig.from_properties(configs, base=state.config.log_defaults)
             topic_id = None
         else:
             created = state.logs.create_topic(topic.name, partitions=partitions, configs=configs)
             effective = state.logs.topic_config(topic.name)
             topic_id = created.topic_id
-    except _Refused as e:
-        result.update(error_code=e.code, error_message=str(e))
-        return result
-    except (LogError, OSError) as e:
+    except (RequestRefused, LogError, OSError) as e:
         result.update(error_code=error_code_for(e), error_message=str(e))
         return result
     result.update(
