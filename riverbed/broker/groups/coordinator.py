@@ -49,7 +49,7 @@ from riverbed.broker.groups.offsets_topic_records import OffsetValue
 from riverbed.broker.groups.timers import Timers
 from riverbed.protocol import ErrorCode
 
-__all__ = ["GroupCoordinator", "GroupDescription", "GroupListing"]
+__all__ = ["GroupCoordinator", "GroupDescription", "GroupListing", "MemberDescription"]
 
 log = logging.getLogger(__name__)
 E = ErrorCode
