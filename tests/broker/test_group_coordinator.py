@@ -21,6 +21,7 @@ from riverbed.broker.groups import (
 from riverbed.broker.groups.classic import GroupState, JoinResult
 from riverbed.broker.groups.classic.subscription import subscription_topics
 from riverbed.broker.groups.consumer import Heartbeat
+from riverbed.broker.groups.offsets_topic_records import OffsetKey, encode_key
 from riverbed.broker.internal_topics import (
     OFFSETS_TOPIC,
     InternalTopic,
@@ -373,6 +374,27 @@ def test_offsets_are_durable_and_reloaded(tmp_path: Path) -> None:
         assert got[0] == ("t", 0)
         assert (got[1].offset, got[1].leader_epoch, got[1].metadata) == (43, 3, "n")
         assert "simple" in fresh.group_ids()
+
+    run(tmp_path, test)
+
+
+def test_a_committed_offset_that_is_not_a_json_object_is_skipped_at_load(
+    tmp_path: Path,
+) -> None:
+    async def test(h: Harness) -> None:
+        await h.coordinator.commit_offsets(
+            group_id="g",
+            generation_id=-1,
+            member_id="",
+            group_instance_id=None,
+            offsets={("t", 0): OffsetValue(offset=5)},
+        )
+        offsets = InternalTopic(h.logs, OFFSETS_TOPIC, flush=_flush, clock=h.timers.now_ms)
+        key = encode_key(OffsetKey(group="g", topic="t", partition=1))
+        await offsets.append("g", [(key, b"[1]")])  # JSON, but not an offset value
+        fresh = h.new_store()
+        fresh.load()
+        assert {tp: value.offset for tp, value in fresh.fetch("g").items()} == {("t", 0): 5}
 
     run(tmp_path, test)
 
