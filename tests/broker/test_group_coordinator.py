@@ -53,6 +53,17 @@ class Harness:
         self.coordinator = GroupCoordinator(settings=settings, store=self.store, timers=self.timers)
         self.coordinator.finish_loading()
 
+    async def simple_commit(self, group: str, offsets: dict[tuple[str, int], OffsetValue]) -> E:
+        """A commit without a member (generation -1), as admin tools and consumers using
+        assign() make."""
+        return await self.coordinator.commit_offsets(
+            group_id=group,
+            generation_id=-1,
+            member_id="",
+            group_instance_id=None,
+            offsets=offsets,
+        )
+
     def new_store(self) -> OffsetStore:
         offsets = InternalTopic(
             self.logs, OFFSETS_TOPIC, flush=_flush, clock=self.timers.now_ms, partitions=3
@@ -349,23 +360,16 @@ def test_leave_group_removes_members_and_rebalances(tmp_path: Path) -> None:
 
 def test_offsets_are_durable_and_reloaded(tmp_path: Path) -> None:
     async def test(h: Harness) -> None:
-        code = await h.coordinator.commit_offsets(
-            group_id="simple",
-            generation_id=-1,
-            member_id="",
-            group_instance_id=None,
-            offsets={
+        code = await h.simple_commit(
+            "simple",
+            {
                 ("t", 0): OffsetValue(offset=42, leader_epoch=3, metadata="m"),
                 ("t", 1): OffsetValue(offset=7, metadata=None),
             },
         )
         assert code == E.none
-        await h.coordinator.commit_offsets(
-            group_id="simple",
-            generation_id=-1,
-            member_id="",
-            group_instance_id=None,
-            offsets={("t", 0): OffsetValue(offset=43, leader_epoch=3, metadata="n")},
+        await h.simple_commit(
+            "simple", {("t", 0): OffsetValue(offset=43, leader_epoch=3, metadata="n")}
         )
         await h.coordinator.delete_offsets("simple", [("t", 1)])
         fresh = h.new_store()
@@ -382,13 +386,7 @@ def test_a_committed_offset_that_is_not_a_json_object_is_skipped_at_load(
     tmp_path: Path,
 ) -> None:
     async def test(h: Harness) -> None:
-        await h.coordinator.commit_offsets(
-            group_id="g",
-            generation_id=-1,
-            member_id="",
-            group_instance_id=None,
-            offsets={("t", 0): OffsetValue(offset=5)},
-        )
+        await h.simple_commit("g", {("t", 0): OffsetValue(offset=5)})
         offsets = InternalTopic(h.logs, OFFSETS_TOPIC, flush=_flush, clock=h.timers.now_ms)
         key = encode_key(OffsetKey(group="g", topic="t", partition=1))
         await offsets.append("g", [(key, b"[1]")])  # JSON, but not an offset value
@@ -401,13 +399,7 @@ def test_a_committed_offset_that_is_not_a_json_object_is_skipped_at_load(
 
 def test_offsets_of_an_empty_group_expire(tmp_path: Path) -> None:
     async def test(h: Harness) -> None:
-        await h.coordinator.commit_offsets(
-            group_id="old",
-            generation_id=-1,
-            member_id="",
-            group_instance_id=None,
-            offsets={("t", 0): OffsetValue(offset=1)},
-        )
+        await h.simple_commit("old", {("t", 0): OffsetValue(offset=1)})
         h.timers.advance(59_000)
         assert await h.coordinator.expire_offsets() == 0
         h.timers.advance(1_000)
