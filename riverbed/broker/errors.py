@@ -2,7 +2,9 @@
 
 Lower layers raise their own exceptions (``riverbed.log.errors``); handlers turn each into
 the error code a Kafka client expects with :func:`error_code_for`, so no handler invents its
-own mapping and no exception reaches a client as a closed connection.
+own mapping and no exception reaches a client as a closed connection. A handler that refuses
+a request (or one item of it) for a rule of its own raises :class:`RequestRefused`, which
+carries its code.
 """
 
 from __future__ import annotations
@@ -10,7 +12,17 @@ from __future__ import annotations
 from riverbed.log import errors as log_errors
 from riverbed.protocol import ErrorCode
 
-__all__ = ["error_code_for"]
+__all__ = ["RequestRefused", "error_code_for"]
+
+
+class RequestRefused(Exception):
+    """A request, or one item of it, that a handler refuses: ``code`` is what the client
+    gets, the message its ``error_message``."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
 
 _BY_TYPE: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (log_errors.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
@@ -33,6 +45,8 @@ _BY_TYPE: tuple[tuple[type[BaseException], ErrorCode], ...] = (
 
 def error_code_for(exc: BaseException) -> ErrorCode:
     """The Kafka error code for an exception raised while serving a request."""
+    if isinstance(exc, RequestRefused):
+        return exc.code
     for exc_type, code in _BY_TYPE:
         if isinstance(exc, exc_type):
             return code

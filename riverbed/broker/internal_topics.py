@@ -7,7 +7,9 @@ starts; clients cannot produce to them (Produce answers INVALID_TOPIC_EXCEPTION)
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+import json
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from riverbed.log.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, BatchHeader, iter_batches
 from riverbed.log.errors import LogError
@@ -21,7 +23,10 @@ __all__ = [
     "TRANSACTION_STATE_TOPIC",
     "Flush",
     "InternalTopic",
+    "decode_json_object",
+    "encode_json",
     "ensure_topic",
+    "is_internal",
     "java_string_hash",
     "partition_for",
 ]
@@ -34,6 +39,10 @@ OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 """Kafka's name for the transaction coordinator's log."""
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
+DEFAULT_PARTITIONS = 50
+"""Kafka's offsets.topic.num.partitions and transaction.state.log.num.partitions."""
+DEFAULT_SEGMENT_BYTES = 104_857_600
+"""Kafka's offsets.topic.segment.bytes and transaction.state.log.segment.bytes (100 MiB)."""
 READ_CHUNK_BYTES = 1 << 20
 
 
@@ -51,6 +60,21 @@ def partition_for(key: str, *, partitions: int) -> int:
     h = java_string_hash(key)
     magnitude = 0 if h == -(2**31) else abs(h)
     return magnitude % partitions
+
+
+def encode_json(document: Mapping[str, Any]) -> bytes:
+    """A record key or value of an internal topic: compact UTF-8 JSON, keys in the order
+    given, so that the same identity always gives the same key bytes (compaction keeps the
+    last record per key)."""
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def decode_json_object(data: bytes, *, what: str) -> dict[str, Any]:
+    """The JSON object in ``data``; ValueError if it is not one (``what`` names it)."""
+    document = json.loads(data)
+    if not isinstance(document, dict):
+        raise ValueError(f"{what} is not a JSON object: {bytes(data[:80])!r}")
+    return document
 
 
 def is_internal(topic: str) -> bool:
@@ -104,13 +128,14 @@ class InternalTopic:
         *,
         flush: Flush,
         clock: Callable[[], int],
-        partitions: int,
-        segment_bytes: int,
+        partitions: int = DEFAULT_PARTITIONS,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
     ) -> None:
         self.name = name
+        self.clock = clock
+        """The broker's clock (epoch milliseconds), which stamps every record appended."""
         self._logs = logs
         self._flush = flush
-        self._clock = clock
         self._partitions = partitions
         self._segment_bytes = segment_bytes
 
@@ -136,7 +161,7 @@ class InternalTopic:
         partition, fsynced before returning if ``flush``; transactional for ``producer``
         (id, epoch). Raises LogError/OSError if it could not."""
         partition_log = self.partition_log(key)
-        now = self._clock()
+        now = self.clock()
         producer_id, epoch = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH) if producer is None else producer
         batch = build_batch(
             [SimpleRecord(key=k, value=v, timestamp_ms=now) for k, v in records],

@@ -30,15 +30,13 @@ from typing import IO
 from riverbed.broker.config import BrokerConfig, ConfigError, parse_properties
 from riverbed.broker.connection import Connection
 from riverbed.broker.flusher import GroupFlusher
-from riverbed.broker.groups.consumer_protocol import ConsumerGroups, TopicInfo
-from riverbed.broker.groups.coordinator import GroupCoordinator, GroupSettings
-from riverbed.broker.groups.offsets import OffsetStore
-from riverbed.broker.groups.timers import LoopTimers
-from riverbed.broker.internal_topics import OFFSETS_TOPIC
+from riverbed.broker.groups import GroupCoordinator, GroupSettings, LoopTimers, OffsetStore
+from riverbed.broker.groups.consumer import ConsumerGroups, TopicInfo
+from riverbed.broker.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, InternalTopic
 from riverbed.broker.log_maintenance import LogMaintenance
 from riverbed.broker.purgatory import FetchPurgatory
 from riverbed.broker.state import BrokerState
-from riverbed.broker.txn import TransactionCoordinator, TxnSettings
+from riverbed.broker.txn import TransactionCoordinator, TxnSettings, TxnStateLog
 from riverbed.log.cleaner import CleanerSettings
 from riverbed.log.errors import LogError
 from riverbed.log.manager import LogManager
@@ -156,7 +154,8 @@ class BrokerServer:
         self.port = self._server.sockets[0].getsockname()[1]
         flusher = GroupFlusher()
         purgatory = FetchPurgatory()
-        groups = self._group_coordinator(logs, flusher)
+        topics = self._internal_topics(logs, flusher)
+        groups = self._group_coordinator(logs, OffsetStore(topics[OFFSETS_TOPIC]))
         self._state = BrokerState(
             config=self.config,
             logs=logs,
@@ -166,7 +165,9 @@ class BrokerServer:
             advertised=self.config.advertised_listener(bound_port=self.port),
             clock=self._clock,
             groups=groups,
-            txns=self._transaction_coordinator(logs, flusher, groups, purgatory),
+            txns=self._transaction_coordinator(
+                logs, flusher, TxnStateLog(topics[TRANSACTION_STATE_TOPIC]), groups, purgatory
+            ),
         )
         self._checkpointer = asyncio.create_task(self._checkpoint_periodically(logs))
         self.maintenance = LogMaintenance(
@@ -191,15 +192,28 @@ class BrokerServer:
             data_dir,
         )
 
-    def _group_coordinator(self, logs: LogManager, flusher: GroupFlusher) -> GroupCoordinator:
+    def _internal_topics(self, logs: LogManager, flusher: GroupFlusher) -> dict[str, InternalTopic]:
+        """The coordinators' internal topics by name, sized as configured when created."""
         config = self.config
-        store = OffsetStore(
-            logs,
-            flush=flusher.flushed,
-            clock=self._clock,
-            partitions=config.offsets_topic_num_partitions,
-            segment_bytes=config.offsets_topic_segment_bytes,
-        )
+        sizes = {
+            OFFSETS_TOPIC: (
+                config.offsets_topic_num_partitions,
+                config.offsets_topic_segment_bytes,
+            ),
+            TRANSACTION_STATE_TOPIC: (
+                config.transaction_state_log_num_partitions,
+                config.transaction_state_log_segment_bytes,
+            ),
+        }
+        return {
+            name: InternalTopic(
+                logs, name, flush=flusher.flushed, clock=self._clock, partitions=p, segment_bytes=b
+            )
+            for name, (p, b) in sizes.items()
+        }
+
+    def _group_coordinator(self, logs: LogManager, store: OffsetStore) -> GroupCoordinator:
+        config = self.config
         settings = GroupSettings(
             initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
             min_session_timeout_ms=config.group_min_session_timeout_ms,
@@ -222,6 +236,7 @@ class BrokerServer:
         self,
         logs: LogManager,
         flusher: GroupFlusher,
+        state_log: TxnStateLog,
         groups: GroupCoordinator,
         purgatory: FetchPurgatory,
     ) -> TransactionCoordinator:
@@ -234,8 +249,6 @@ class BrokerServer:
 
         settings = TxnSettings(
             max_timeout_ms=config.transaction_max_timeout_ms,
-            partitions=config.transaction_state_log_num_partitions,
-            segment_bytes=config.transaction_state_log_segment_bytes,
             id_expiration_ms=config.transactional_id_expiration_ms,
         )
         return TransactionCoordinator(
@@ -244,6 +257,7 @@ class BrokerServer:
             timers=LoopTimers(self._clock),
             settings=settings,
             on_marker=on_marker,
+            state_log=state_log,
         )
 
     async def _load_coordinators(self, state: BrokerState) -> None:

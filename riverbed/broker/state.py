@@ -33,6 +33,7 @@ class BrokerState:
     clock: Callable[[], int]
     """Wall-clock milliseconds since the epoch (passed in so tests can control it)."""
     groups: GroupCoordinator
-    """Classic consumer groups and their committed offsets (``riverbed.broker.groups``)."""
+    """Consumer groups of both protocols and their committed offsets
+    (``riverbed.broker.groups``)."""
     txns: TransactionCoordinator
     """Transactional ids and their transactions (``riverbed.broker.txn``)."""

@@ -7,15 +7,17 @@ import random
 import subprocess
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition as AIOTopicPartition
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from riverbed.broker import Broker
+from tests.broker.conftest import running_broker
 from tests.conftest import BrokerProcess, start_broker_process
 
 with warnings.catch_warnings():
@@ -114,130 +116,120 @@ def _write_changes(bootstrap: str, topic: str, count: int, *, keys: int, seed: i
     assert producer.flush(30) == 0
 
 
-def _broker(tmp_path: Path) -> BrokerProcess:
-    return start_broker_process(tmp_path / "data", extra_args=FAST_MAINTENANCE)
+@pytest.fixture
+def maintained(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A broker process whose cleaner and retention run every 100 ms."""
+    yield from running_broker(tmp_path, *FAST_MAINTENANCE)
 
 
 def test_a_compacted_topic_converges_to_the_latest_value_of_every_live_key(
-    tmp_path: Path,
+    maintained: BrokerProcess,
 ) -> None:
-    broker = _broker(tmp_path)
-    try:
-        topic = "profiles"
-        _create(
-            broker.bootstrap,
-            topic,
-            cleanup_policy="compact",
-            segment_bytes="4096",
-            segment_ms="1000",
-            min_cleanable_dirty_ratio="0.01",
-            delete_retention_ms="2000",
-        )
-        _write_changes(broker.bootstrap, topic, 5000, keys=200, seed=1)
-        expected = _table(_read(broker.bootstrap, topic))
-        assert any(v is None for _, _, v in _read(broker.bootstrap, topic))
-        time.sleep(1.1)  # segment.ms: the next append rolls, so all of it is cleanable
-        producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
-        producer.produce(topic, key=b"sentinel", value=b"rolls the segment")
-        assert producer.flush(30) == 0
-        expected[b"sentinel"] = b"rolls the segment"
+    topic = "profiles"
+    _create(
+        maintained.bootstrap,
+        topic,
+        cleanup_policy="compact",
+        segment_bytes="4096",
+        segment_ms="1000",
+        min_cleanable_dirty_ratio="0.01",
+        delete_retention_ms="2000",
+    )
+    _write_changes(maintained.bootstrap, topic, 5000, keys=200, seed=1)
+    expected = _table(_read(maintained.bootstrap, topic))
+    assert any(v is None for _, _, v in _read(maintained.bootstrap, topic))
+    time.sleep(1.1)  # segment.ms: the next append rolls, so all of it is cleanable
+    producer = Producer({"bootstrap.servers": maintained.bootstrap, "acks": "all"})
+    producer.produce(topic, key=b"sentinel", value=b"rolls the segment")
+    assert producer.flush(30) == 0
+    expected[b"sentinel"] = b"rolls the segment"
 
-        def compacted_without_tombstones() -> bool:
-            records = _read(broker.bootstrap, topic)
-            return len(records) == len(expected) and all(v is not None for _, _, v in records)
+    def compacted_without_tombstones() -> bool:
+        records = _read(maintained.bootstrap, topic)
+        return len(records) == len(expected) and all(v is not None for _, _, v in records)
 
-        _wait_for("compaction and tombstone removal", compacted_without_tombstones)
-        records = _read(broker.bootstrap, topic)
-        assert _table(records) == expected
-        assert len(records) < 5001 / 10  # far fewer records
-        offsets = [offset for offset, _, _ in records]
-        assert offsets == sorted(offsets) and offsets[-1] == 5000  # offsets kept, with gaps
-        consumer = KafkaConsumer(  # a second client reads the gaps and rewritten batches
-            bootstrap_servers=broker.bootstrap, enable_auto_commit=False, consumer_timeout_ms=3000
-        )
-        consumer.assign([KafkaPythonPartition(topic, 0)])
-        consumer.seek_to_beginning()
-        seen = [(m.offset, m.key, m.value) for m in consumer]
-        consumer.close()
-        assert seen == records
-        assert asyncio.run(_read_with_aiokafka(broker.bootstrap, topic, len(records))) == records
-        kcat = subprocess.run(
-            ["kcat", "-C", "-b", broker.bootstrap, "-t", topic, "-e", "-f", "%o %k %s\\n"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        assert kcat.stdout.splitlines() == [f"{o} {k.decode()} {v.decode()}" for o, k, v in records]
-    finally:
-        broker.kill()
+    _wait_for("compaction and tombstone removal", compacted_without_tombstones)
+    records = _read(maintained.bootstrap, topic)
+    assert _table(records) == expected
+    assert len(records) < 5001 / 10  # far fewer records
+    offsets = [offset for offset, _, _ in records]
+    assert offsets == sorted(offsets) and offsets[-1] == 5000  # offsets kept, with gaps
+    consumer = KafkaConsumer(  # a second client reads the gaps and rewritten batches
+        bootstrap_servers=maintained.bootstrap, enable_auto_commit=False, consumer_timeout_ms=3000
+    )
+    consumer.assign([KafkaPythonPartition(topic, 0)])
+    consumer.seek_to_beginning()
+    seen = [(m.offset, m.key, m.value) for m in consumer]
+    consumer.close()
+    assert seen == records
+    assert asyncio.run(_read_with_aiokafka(maintained.bootstrap, topic, len(records))) == records
+    kcat = subprocess.run(
+        ["kcat", "-C", "-b", maintained.bootstrap, "-t", topic, "-e", "-f", "%o %k %s\\n"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert kcat.stdout.splitlines() == [f"{o} {k.decode()} {v.decode()}" for o, k, v in records]
 
 
-def test_retention_by_bytes_moves_the_start_and_consumers_reset(tmp_path: Path) -> None:
-    broker = _broker(tmp_path)
-    try:
-        topic = "clicks"
-        _create(broker.bootstrap, topic, segment_bytes="2048", retention_bytes="8192")
-        producer = Producer({"bootstrap.servers": broker.bootstrap, "batch.num.messages": 20})
-        for i in range(600):
-            producer.produce(topic, value=b"click-%04d" % i)
-            producer.poll(0)
-        assert producer.flush(30) == 0
-        reader = Consumer(
-            {
-                "bootstrap.servers": broker.bootstrap,
-                "group.id": "slow",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-            }
-        )
-        reader.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)
+def test_retention_by_bytes_moves_the_start_and_consumers_reset(maintained: BrokerProcess) -> None:
+    topic = "clicks"
+    _create(maintained.bootstrap, topic, segment_bytes="2048", retention_bytes="8192")
+    producer = Producer({"bootstrap.servers": maintained.bootstrap, "batch.num.messages": 20})
+    for i in range(600):
+        producer.produce(topic, value=b"click-%04d" % i)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    reader = Consumer(
+        {
+            "bootstrap.servers": maintained.bootstrap,
+            "group.id": "slow",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    reader.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)
 
-        def start_moved() -> bool:
-            low, _ = reader.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)
-            return low > 3
+    def start_moved() -> bool:
+        low, _ = reader.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)
+        return low > 3
 
-        _wait_for("retention by bytes", start_moved)
-        low, high = reader.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)
-        assert high == 600
-        records = _read(broker.bootstrap, topic)
-        assert records[0][0] == low and sum(len(v or b"") for _, _, v in records) < 8192 + 2048
-        reader.subscribe([topic])  # committed 3 is below the start: reset to earliest
-        first = None
-        deadline = time.monotonic() + 30
-        while first is None:
-            assert time.monotonic() < deadline
-            message = reader.poll(1)
-            if message is not None and not message.error():
-                first = message.offset()
-        reader.close()
-        assert first == low
-    finally:
-        broker.kill()
+    _wait_for("retention by bytes", start_moved)
+    low, high = reader.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)
+    assert high == 600
+    records = _read(maintained.bootstrap, topic)
+    assert records[0][0] == low and sum(len(v or b"") for _, _, v in records) < 8192 + 2048
+    reader.subscribe([topic])  # committed 3 is below the start: reset to earliest
+    first = None
+    deadline = time.monotonic() + 30
+    while first is None:
+        assert time.monotonic() < deadline
+        message = reader.poll(1)
+        if message is not None and not message.error():
+            first = message.offset()
+    reader.close()
+    assert first == low
 
 
-def test_retention_by_time_uses_record_timestamps(tmp_path: Path) -> None:
-    broker = _broker(tmp_path)
-    try:
-        topic = "events"
-        _create(broker.bootstrap, topic, retention_ms="60000", segment_bytes="1024")
-        producer = Producer({"bootstrap.servers": broker.bootstrap, "batch.num.messages": 10})
-        now_ms = int(time.time() * 1000)
-        for i in range(100):  # an hour old: beyond retention.ms
-            producer.produce(topic, value=b"old-%d" % i, timestamp=now_ms - 3_600_000)
-        assert producer.flush(30) == 0
-        for i in range(20):
-            producer.produce(topic, value=b"new-%d" % i, timestamp=now_ms)
-        assert producer.flush(30) == 0
+def test_retention_by_time_uses_record_timestamps(maintained: BrokerProcess) -> None:
+    topic = "events"
+    _create(maintained.bootstrap, topic, retention_ms="60000", segment_bytes="1024")
+    producer = Producer({"bootstrap.servers": maintained.bootstrap, "batch.num.messages": 10})
+    now_ms = int(time.time() * 1000)
+    for i in range(100):  # an hour old: beyond retention.ms
+        producer.produce(topic, value=b"old-%d" % i, timestamp=now_ms - 3_600_000)
+    assert producer.flush(30) == 0
+    for i in range(20):
+        producer.produce(topic, value=b"new-%d" % i, timestamp=now_ms)
+    assert producer.flush(30) == 0
 
-        def old_gone() -> bool:
-            return all(v.startswith(b"new") for _, _, v in _read(broker.bootstrap, topic) if v)
+    def old_gone() -> bool:
+        return all(v.startswith(b"new") for _, _, v in _read(maintained.bootstrap, topic) if v)
 
-        _wait_for("retention by time", old_gone)
-        records = _read(broker.bootstrap, topic)
-        assert [v for _, _, v in records][-20:] == [b"new-%d" % i for i in range(20)]
-    finally:
-        broker.kill()
+    _wait_for("retention by time", old_gone)
+    records = _read(maintained.bootstrap, topic)
+    assert [v for _, _, v in records][-20:] == [b"new-%d" % i for i in range(20)]
 
 
 def test_kill_9_while_the_cleaner_runs_loses_nothing(tmp_path: Path) -> None:

@@ -14,15 +14,20 @@ from typing import Any, TypeVar
 from riverbed.broker.groups import (
     GroupCoordinator,
     GroupSettings,
-    GroupState,
-    JoinResult,
     ManualTimers,
     OffsetStore,
     OffsetValue,
 )
-from riverbed.broker.groups.consumer_protocol import Heartbeat
-from riverbed.broker.groups.records import java_string_hash, partition_for
-from riverbed.broker.groups.subscription import subscription_topics
+from riverbed.broker.groups.classic import GroupState, JoinResult
+from riverbed.broker.groups.classic.subscription import subscription_topics
+from riverbed.broker.groups.consumer import Heartbeat
+from riverbed.broker.groups.offsets_topic_records import OffsetKey, encode_key
+from riverbed.broker.internal_topics import (
+    OFFSETS_TOPIC,
+    InternalTopic,
+    java_string_hash,
+    partition_for,
+)
 from riverbed.log.config import LogConfig
 from riverbed.log.log import Log
 from riverbed.log.manager import LogManager
@@ -48,10 +53,22 @@ class Harness:
         self.coordinator = GroupCoordinator(settings=settings, store=self.store, timers=self.timers)
         self.coordinator.finish_loading()
 
-    def new_store(self) -> OffsetStore:
-        return OffsetStore(
-            self.logs, flush=_flush, clock=self.timers.now_ms, partitions=3, segment_bytes=1 << 20
+    async def simple_commit(self, group: str, offsets: dict[tuple[str, int], OffsetValue]) -> E:
+        """A commit without a member (generation -1), as admin tools and consumers using
+        assign() make."""
+        return await self.coordinator.commit_offsets(
+            group_id=group,
+            generation_id=-1,
+            member_id="",
+            group_instance_id=None,
+            offsets=offsets,
         )
+
+    def new_store(self) -> OffsetStore:
+        offsets = InternalTopic(
+            self.logs, OFFSETS_TOPIC, flush=_flush, clock=self.timers.now_ms, partitions=3
+        )
+        return OffsetStore(offsets)
 
     def join(
         self,
@@ -343,23 +360,16 @@ def test_leave_group_removes_members_and_rebalances(tmp_path: Path) -> None:
 
 def test_offsets_are_durable_and_reloaded(tmp_path: Path) -> None:
     async def test(h: Harness) -> None:
-        code = await h.coordinator.commit_offsets(
-            group_id="simple",
-            generation_id=-1,
-            member_id="",
-            group_instance_id=None,
-            offsets={
+        code = await h.simple_commit(
+            "simple",
+            {
                 ("t", 0): OffsetValue(offset=42, leader_epoch=3, metadata="m"),
                 ("t", 1): OffsetValue(offset=7, metadata=None),
             },
         )
         assert code == E.none
-        await h.coordinator.commit_offsets(
-            group_id="simple",
-            generation_id=-1,
-            member_id="",
-            group_instance_id=None,
-            offsets={("t", 0): OffsetValue(offset=43, leader_epoch=3, metadata="n")},
+        await h.simple_commit(
+            "simple", {("t", 0): OffsetValue(offset=43, leader_epoch=3, metadata="n")}
         )
         await h.coordinator.delete_offsets("simple", [("t", 1)])
         fresh = h.new_store()
@@ -372,15 +382,24 @@ def test_offsets_are_durable_and_reloaded(tmp_path: Path) -> None:
     run(tmp_path, test)
 
 
+def test_a_committed_offset_that_is_not_a_json_object_is_skipped_at_load(
+    tmp_path: Path,
+) -> None:
+    async def test(h: Harness) -> None:
+        await h.simple_commit("g", {("t", 0): OffsetValue(offset=5)})
+        offsets = InternalTopic(h.logs, OFFSETS_TOPIC, flush=_flush, clock=h.timers.now_ms)
+        key = encode_key(OffsetKey(group="g", topic="t", partition=1))
+        await offsets.append("g", [(key, b"[1]")])  # JSON, but not an offset value
+        fresh = h.new_store()
+        fresh.load()
+        assert {tp: value.offset for tp, value in fresh.fetch("g").items()} == {("t", 0): 5}
+
+    run(tmp_path, test)
+
+
 def test_offsets_of_an_empty_group_expire(tmp_path: Path) -> None:
     async def test(h: Harness) -> None:
-        await h.coordinator.commit_offsets(
-            group_id="old",
-            generation_id=-1,
-            member_id="",
-            group_instance_id=None,
-            offsets={("t", 0): OffsetValue(offset=1)},
-        )
+        await h.simple_commit("old", {("t", 0): OffsetValue(offset=1)})
         h.timers.advance(59_000)
         assert await h.coordinator.expire_offsets() == 0
         h.timers.advance(1_000)

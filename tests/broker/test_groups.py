@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from riverbed.broker import Broker
-from tests.broker.conftest import GROUPS_FAST
+from tests.broker.conftest import GROUPS_FAST, running_broker
 from tests.conftest import BrokerProcess, create_topic, start_broker_process
 
 FAST = GROUPS_FAST
@@ -64,13 +64,7 @@ def values(messages: list[Message]) -> list[int]:
 def delayed_group_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
     """A broker whose first rebalance of a new group waits 1 s for more members (Kafka's
     initial delay, shortened), so consumers subscribing together share the first generation."""
-    running = start_broker_process(
-        tmp_path / "data", extra_args=("--set", "group.initial.rebalance.delay.ms=1000")
-    )
-    try:
-        yield running
-    finally:
-        running.kill()
+    yield from running_broker(tmp_path, "--set", "group.initial.rebalance.delay.ms=1000")
 
 
 def test_two_consumers_split_then_one_takes_over_from_commits(

@@ -4,9 +4,10 @@ levels, zombie fencing, the abandoned-transaction timeout, and read_committed of
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from tests.broker.txn_clients import (
     READ_COMMITTED,
@@ -20,21 +21,35 @@ from tests.conftest import BrokerProcess, create_topic, start_broker_process
 pytestmark = pytest.mark.timeout(120)
 
 
-def _produce(producer, topic: str, items: list[bytes], *, partitions: int = 2) -> None:  # type: ignore[no-untyped-def]
+def _with_topic_t(broker: BrokerProcess, *, partitions: int) -> str:
+    """The broker's bootstrap address, once topic "t" exists with ``partitions``."""
+    create_topic(broker.bootstrap, "t", partitions=partitions)
+    return broker.bootstrap
+
+
+def _produce(producer: Producer, items: list[bytes], *, partitions: int = 2) -> None:
+    """``items`` to topic "t", round robin over its ``partitions``, flushed."""
     for i, value in enumerate(items):
-        producer.produce(topic, value=value, key=value, partition=i % partitions)
+        producer.produce("t", value=value, key=value, partition=i % partitions)
     producer.flush(30)
+
+
+def _open_transaction(
+    bootstrap: str, transactional_id: str, items: list[bytes], *, partitions: int = 2, **extra: Any
+) -> Producer:
+    """A new producer of ``transactional_id`` with ``items`` produced in an open transaction."""
+    producer = txn_producer(bootstrap, transactional_id, **extra)
+    producer.begin_transaction()
+    _produce(producer, items, partitions=partitions)
+    return producer
 
 
 def test_committed_data_is_visible_to_read_committed_only_after_commit(
     broker_process: BrokerProcess,
 ) -> None:
-    bootstrap = broker_process.bootstrap
-    create_topic(bootstrap, "t", partitions=2)
-    producer = txn_producer(bootstrap, "tx-commit")
-    producer.begin_transaction()
+    bootstrap = _with_topic_t(broker_process, partitions=2)
     items = [f"v{i}".encode() for i in range(10)]
-    _produce(producer, "t", items)
+    producer = _open_transaction(bootstrap, "tx-commit", items)
 
     assert read_all(bootstrap, "t", partitions=2, isolation=READ_COMMITTED) == []
     uncommitted = read_all(bootstrap, "t", partitions=2, isolation=READ_UNCOMMITTED)
@@ -62,15 +77,14 @@ def _watermarks(bootstrap: str, topic: str, partition: int) -> tuple[int, int]:
 def test_aborted_data_is_skipped_by_read_committed_and_shown_to_read_uncommitted(
     broker_process: BrokerProcess,
 ) -> None:
-    bootstrap = broker_process.bootstrap
-    create_topic(bootstrap, "t", partitions=2)
+    bootstrap = _with_topic_t(broker_process, partitions=2)
     producer = txn_producer(bootstrap, "tx-abort")
     expected: list[bytes] = []
     everything: list[bytes] = []
     for round_ in range(6):
         producer.begin_transaction()
         items = [f"r{round_}-{i}".encode() for i in range(7)]
-        _produce(producer, "t", items)
+        _produce(producer, items)
         everything += items
         if round_ % 2:
             producer.abort_transaction(30)
@@ -91,14 +105,9 @@ def test_aborted_data_is_skipped_by_read_committed_and_shown_to_read_uncommitted
 def test_read_committed_never_reads_past_an_open_transaction(
     broker_process: BrokerProcess,
 ) -> None:
-    bootstrap = broker_process.bootstrap
-    create_topic(bootstrap, "t", partitions=1)
-    slow = txn_producer(bootstrap, "tx-slow")
-    fast = txn_producer(bootstrap, "tx-fast")
-    slow.begin_transaction()
-    _produce(slow, "t", [b"slow-1"], partitions=1)
-    fast.begin_transaction()
-    _produce(fast, "t", [b"fast-1"], partitions=1)
+    bootstrap = _with_topic_t(broker_process, partitions=1)
+    slow = _open_transaction(bootstrap, "tx-slow", [b"slow-1"], partitions=1)
+    fast = _open_transaction(bootstrap, "tx-fast", [b"fast-1"], partitions=1)
     fast.commit_transaction(30)
     # fast-1 is committed but after slow's open transaction began: not yet readable.
     assert read_all(bootstrap, "t", partitions=1, isolation=READ_COMMITTED) == []
@@ -109,15 +118,10 @@ def test_read_committed_never_reads_past_an_open_transaction(
 def test_a_new_instance_fences_the_zombie_whose_data_never_becomes_visible(
     broker_process: BrokerProcess,
 ) -> None:
-    bootstrap = broker_process.bootstrap
-    create_topic(bootstrap, "t", partitions=2)
-    zombie = txn_producer(bootstrap, "tx-shared")
-    zombie.begin_transaction()
-    _produce(zombie, "t", [b"zombie-1", b"zombie-2"])
-
-    successor = txn_producer(bootstrap, "tx-shared")  # aborts the zombie's transaction
-    successor.begin_transaction()
-    _produce(successor, "t", [b"new-1", b"new-2"])
+    bootstrap = _with_topic_t(broker_process, partitions=2)
+    zombie = _open_transaction(bootstrap, "tx-shared", [b"zombie-1", b"zombie-2"])
+    # The successor's InitProducerId aborts the zombie's transaction.
+    successor = _open_transaction(bootstrap, "tx-shared", [b"new-1", b"new-2"])
     successor.commit_transaction(30)
 
     with pytest.raises(KafkaException) as raised:
@@ -138,14 +142,15 @@ def test_a_new_instance_fences_the_zombie_whose_data_never_becomes_visible(
 def test_an_abandoned_transaction_is_aborted_after_its_timeout(tmp_path) -> None:  # type: ignore[no-untyped-def]
     running = start_broker_process(tmp_path / "data")
     try:
-        bootstrap = running.bootstrap
-        create_topic(bootstrap, "t", partitions=1)
-        abandoned = txn_producer(bootstrap, "tx-abandoned", **{"transaction.timeout.ms": 6000})
-        abandoned.begin_transaction()
-        _produce(abandoned, "t", [b"lost-1", b"lost-2"], partitions=1)
-        other = txn_producer(bootstrap, "tx-other")
-        other.begin_transaction()
-        _produce(other, "t", [b"kept"], partitions=1)
+        bootstrap = _with_topic_t(running, partitions=1)
+        abandoned = _open_transaction(
+            bootstrap,
+            "tx-abandoned",
+            [b"lost-1", b"lost-2"],
+            partitions=1,
+            **{"transaction.timeout.ms": 6000},
+        )
+        other = _open_transaction(bootstrap, "tx-other", [b"kept"], partitions=1)
         other.commit_transaction(30)
         assert read_all(bootstrap, "t", partitions=1, isolation=READ_COMMITTED) == []
 

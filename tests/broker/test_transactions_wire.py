@@ -4,8 +4,10 @@ transactional offsets, and the admin APIs DescribeTransactions and ListTransacti
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +131,16 @@ def produce_txn(
     return client.request(PRODUCE, 9, body).responses[0].partition_responses[0]
 
 
+def open_transaction(client: WireClient, txn_id: str, value: bytes) -> tuple[int, int]:
+    """A new producer of ``txn_id`` with ``value`` written to t-0 in its open transaction;
+    its producer id and epoch."""
+    init = init_pid(client, txn_id)
+    pid, epoch = init.producer_id, init.producer_epoch
+    assert add_partitions(client, txn_id, pid, epoch, {"t": [0]}) == {("t", 0): ErrorCode.none}
+    assert produce_txn(client, txn_id, pid, epoch, 0, value).error_code == ErrorCode.none
+    return pid, epoch
+
+
 def fetch(client: WireClient, *, isolation: int, offset: int = 0) -> Any:
     body = FetchRequest(
         max_wait=datetime.timedelta(milliseconds=0),
@@ -237,10 +249,7 @@ def test_fencing_errors_follow_the_request_version(broker_process: BrokerProcess
     bootstrap = broker_process.bootstrap
     create_topic(bootstrap, "t", partitions=1)
     with WireClient(bootstrap) as client:
-        old = init_pid(client, "f")
-        pid = old.producer_id
-        assert add_partitions(client, "f", pid, 0, {"t": [0]}) == {("t", 0): ErrorCode.none}
-        assert produce_txn(client, "f", pid, 0, 0, b"zombie").error_code == ErrorCode.none
+        pid, _ = open_transaction(client, "f", b"zombie")
 
         new = init_pid(client, "f")  # fences epoch 0 and aborts its transaction
         assert (new.error_code, new.producer_id, new.producer_epoch) == (ErrorCode.none, pid, 1)
@@ -399,34 +408,38 @@ def test_list_transactions_filters(broker_process: BrokerProcess) -> None:
         assert listed(duration=0) == ([("list-b", b.producer_id, "Ongoing")], [])
 
 
+@contextlib.contextmanager
+def _client_of_new_broker(data_dir: Path) -> Iterator[WireClient]:
+    """A client of a broker started in process on ``data_dir``, once topic t exists (one
+    partition); the broker stops when the block ends."""
+    with Broker(data_dir, listen="127.0.0.1:0") as broker:
+        create_topic(broker.bootstrap_servers, "t", partitions=1)
+        with WireClient(broker.bootstrap_servers) as client:
+            yield client
+
+
 def test_a_commit_decided_before_a_failure_is_finished_at_the_next_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """PrepareCommit is durable, then writing the markers fails (a disk error, or a crash):
     the client is told to retry, and the next start completes the commit."""
     data_dir = tmp_path / "data"
-    with Broker(data_dir, listen="127.0.0.1:0") as broker:
-        bootstrap = broker.bootstrap_servers
-        create_topic(bootstrap, "t", partitions=1)
-        with WireClient(bootstrap) as client:
-            init = init_pid(client, "p")
-            pid, epoch = init.producer_id, init.producer_epoch
-            assert add_partitions(client, "p", pid, epoch, {"t": [0]}) == {("t", 0): ErrorCode.none}
-            assert produce_txn(client, "p", pid, epoch, 0, b"decided").error_code == ErrorCode.none
+    with _client_of_new_broker(data_dir) as client:
+        pid, epoch = open_transaction(client, "p", b"decided")
 
-            def broken(*args: object, **kwargs: object) -> None:
-                raise OSError(5, "Input/output error")
+        def broken(*args: object, **kwargs: object) -> None:
+            raise OSError(5, "Input/output error")
 
-            with monkeypatch.context() as patched:
-                patched.setattr(Log, "append_marker", broken)
-                assert end_txn(client, "p", pid, epoch, commit=True) == (
-                    ErrorCode.coordinator_not_available
-                )
-            assert fetch(client, isolation=READ_COMMITTED).last_stable_offset == 0
-            (state,) = describe(client, "p")
-            assert state.transaction_state == "PrepareCommit"
-            # The producer may not change its mind: the outcome is decided.
-            assert end_txn(client, "p", pid, epoch, commit=False) == ErrorCode.invalid_txn_state
+        with monkeypatch.context() as patched:
+            patched.setattr(Log, "append_marker", broken)
+            assert end_txn(client, "p", pid, epoch, commit=True) == (
+                ErrorCode.coordinator_not_available
+            )
+        assert fetch(client, isolation=READ_COMMITTED).last_stable_offset == 0
+        (state,) = describe(client, "p")
+        assert state.transaction_state == "PrepareCommit"
+        # The producer may not change its mind: the outcome is decided.
+        assert end_txn(client, "p", pid, epoch, commit=False) == ErrorCode.invalid_txn_state
 
     with (
         Broker(data_dir, listen="127.0.0.1:0") as broker,
@@ -476,15 +489,9 @@ def test_transactional_data_no_transaction_accounts_for_is_aborted_at_start(
     tmp_path: Path,
 ) -> None:
     data_dir = tmp_path / "data"
-    with Broker(data_dir, listen="127.0.0.1:0") as broker:
-        bootstrap = broker.bootstrap_servers
-        create_topic(bootstrap, "t", partitions=1)
-        with WireClient(bootstrap) as client:
-            init = init_pid(client, "h")
-            pid = init.producer_id
-            assert add_partitions(client, "h", pid, 0, {"t": [0]}) == {("t", 0): ErrorCode.none}
-            assert produce_txn(client, "h", pid, 0, 0, b"one").error_code == ErrorCode.none
-            assert end_txn(client, "h", pid, 0, commit=True) == ErrorCode.none
+    with _client_of_new_broker(data_dir) as client:
+        pid, _ = open_transaction(client, "h", b"one")
+        assert end_txn(client, "h", pid, 0, commit=True) == ErrorCode.none
     # The next transaction of "h" wrote to t-0, and an unknown producer did too, but the
     # records adding t-0 to their transactions never reached the disk.
     _append_offline(data_dir, pid, 0, 1, b"lost")

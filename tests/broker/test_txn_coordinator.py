@@ -14,7 +14,8 @@ from typing import Any, TypeVar
 import pytest
 
 from riverbed.broker.groups import ManualTimers
-from riverbed.broker.txn import TransactionCoordinator, TxnSettings, TxnState
+from riverbed.broker.internal_topics import TRANSACTION_STATE_TOPIC, InternalTopic
+from riverbed.broker.txn import TransactionCoordinator, TxnSettings, TxnState, TxnStateLog
 from riverbed.broker.txn.engine import MAX_EPOCH
 from riverbed.log.config import LogConfig
 from riverbed.log.log import Log
@@ -43,12 +44,16 @@ class Fixture:
         if "t" not in self.logs.topics():
             self.logs.create_topic("t", partitions=2)
         self.markers: list[tuple[str, int, int, bool]] = []
+        state = InternalTopic(
+            self.logs, TRANSACTION_STATE_TOPIC, flush=_flush, clock=self.timers.now_ms, partitions=3
+        )
         self.txns = TransactionCoordinator(
             logs=self.logs,
             flush=_flush,
             timers=self.timers,
-            settings=TxnSettings(partitions=3, **settings),
+            settings=TxnSettings(**settings),
             on_marker=lambda *marker: self.markers.append(marker),
+            state_log=TxnStateLog(state),
         )
         self.txns.load()
 

@@ -1,42 +1,38 @@
-"""Consumer groups: the group coordinator and the committed-offset store.
+"""Consumer groups: the group coordinator, its two protocols and the committed-offset store.
 
 - :mod:`~riverbed.broker.groups.coordinator` — :class:`GroupCoordinator`, every group of the
-  broker: loading, admin views, the validation of offset commits against a group, expiry;
-- :mod:`~riverbed.broker.groups.classic_protocol` — the classic protocol's requests
-  (JoinGroup/SyncGroup/Heartbeat/LeaveGroup), on
-  :mod:`~riverbed.broker.groups.classic_rebalance`, its states, timers and member liveness;
-- :mod:`~riverbed.broker.groups.consumer_protocol` — the consumer protocol's (KIP-848) groups,
-  a pure state machine the coordinator owns beside the classic groups (its assignors,
-  reconciliation, group record and messages in the ``consumer_protocol_*`` modules);
-- :mod:`~riverbed.broker.groups.group` — one group's data and its clock-free rules;
-- :mod:`~riverbed.broker.groups.offsets` — :class:`OffsetStore`, committed offsets durable in
-  ``__consumer_offsets``;
-- :mod:`~riverbed.broker.groups.records` — that topic's record format;
-- :mod:`~riverbed.broker.groups.timers` — the timers the coordinator runs on (a fake one
-  for tests);
-- :mod:`~riverbed.broker.groups.subscription` — the topics of a consumer's subscription.
+  broker: loading, one type per group id, the validation of offset commits against a group,
+  admin views (ListGroups, DescribeGroups, DeleteGroups), offset expiry;
+- :mod:`~riverbed.broker.groups.classic` — the classic protocol (JoinGroup, SyncGroup,
+  Heartbeat, LeaveGroup): the coordinator's base class, its rebalance engine and a classic
+  group's state;
+- :mod:`~riverbed.broker.groups.consumer` — the consumer protocol of KIP-848
+  (ConsumerGroupHeartbeat), a pure state machine the coordinator owns, with its assignors
+  and reconciliation;
+- :mod:`~riverbed.broker.groups.offset_store` — :class:`OffsetStore`, committed offsets (and a
+  record per group) durable in ``__consumer_offsets``;
+- :mod:`~riverbed.broker.groups.offsets_topic_records` — the format of that topic's records;
+- :mod:`~riverbed.broker.groups.timers` — the timers the coordinators run on (the loop's, and
+  a fake one for tests); the transaction coordinator uses them too.
 
 Nothing here raises for a client's mistake: the coordinator answers with Kafka error codes
-(the consumer protocol's state machine raises ``ConsumerGroupError``s, each carrying its code).
-Only storage failures raise (``riverbed.log.errors.LogError``, ``OSError``), mapped by the
-handlers with ``riverbed.broker.errors.error_code_for``.
+(the consumer protocol's state machine raises a ``ConsumerGroupError`` carrying its code,
+which the coordinator and its handler turn into the answer). Only storage failures raise
+(``riverbed.log.errors.LogError``, ``OSError``), mapped by the handlers with
+``riverbed.broker.errors.error_code_for``.
 """
 
-from riverbed.broker.groups.coordinator import GroupCoordinator, GroupSettings
-from riverbed.broker.groups.group import ClassicGroup, GroupState, JoinResult, SyncResult
-from riverbed.broker.groups.offsets import OFFSETS_TOPIC, OffsetStore, OffsetValue
+from riverbed.broker.groups.classic import GroupSettings
+from riverbed.broker.groups.coordinator import GroupCoordinator
+from riverbed.broker.groups.offset_store import OffsetStore
+from riverbed.broker.groups.offsets_topic_records import OffsetValue
 from riverbed.broker.groups.timers import LoopTimers, ManualTimers
 
 __all__ = [
-    "OFFSETS_TOPIC",
-    "ClassicGroup",
     "GroupCoordinator",
     "GroupSettings",
-    "GroupState",
-    "JoinResult",
     "LoopTimers",
     "ManualTimers",
     "OffsetStore",
     "OffsetValue",
-    "SyncResult",
 ]

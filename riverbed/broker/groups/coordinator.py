@@ -1,9 +1,14 @@
 """The group coordinator: every group of this broker, their committed offsets and admin views.
 
-One :class:`GroupCoordinator` per broker serves every group (a single broker coordinates all
-of them). The classic protocol's requests come from
-:class:`~riverbed.broker.groups.classic_protocol.ClassicProtocol`; this module adds what is
-not about one protocol's membership:
+One :class:`GroupCoordinator` per broker serves every group of both protocols (a single
+broker coordinates all of them). The classic protocol's requests come from its base class,
+:class:`~riverbed.broker.groups.classic.ClassicMembership`; the consumer protocol's (KIP-848)
+groups are a :class:`~riverbed.broker.groups.consumer.ConsumerGroups` state machine it owns
+and whose deadlines it runs on its timers. This module adds what is not about one
+protocol's membership:
+
+- one group id, one type (Kafka 4's rule): an empty group of one protocol becomes a group of
+  the other when a member of that one arrives, keeping its offsets; a live one refuses;
 
 - loading: after the offset store has replayed ``__consumer_offsets``, every group it knows
   comes back Empty (:meth:`GroupCoordinator.finish_loading`); until then requests answer
@@ -11,7 +16,7 @@ not about one protocol's membership:
 - offsets: :meth:`GroupCoordinator.commit_offsets` validates a commit against the group
   (generation/member checks; generation -1 commits are allowed for empty or unknown groups,
   Kafka's "simple" groups) and stores it in the
-  :class:`~riverbed.broker.groups.offsets.OffsetStore`. Offsets of groups that stay Empty
+  :class:`~riverbed.broker.groups.offset_store.OffsetStore`. Offsets of groups that stay Empty
   expire after ``offsets.retention.minutes``, checked every
   ``offsets.retention.check.interval.ms``; an empty group left without offsets is removed;
 - admin: ListGroups, DescribeGroups, DeleteGroups.
@@ -27,21 +32,24 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from riverbed.broker.groups.classic_protocol import ClassicProtocol
-from riverbed.broker.groups.classic_rebalance import GroupSettings
-from riverbed.broker.groups.consumer_protocol import (
+from riverbed.broker.groups.classic import (
+    ClassicGroup,
+    ClassicMembership,
+    GroupSettings,
+    GroupState,
+)
+from riverbed.broker.groups.consumer import (
     ConsumerGroupError,
     ConsumerGroups,
-    GroupIdNotFoundError,
     Heartbeat,
     HeartbeatResult,
 )
-from riverbed.broker.groups.group import ClassicGroup, GroupState
-from riverbed.broker.groups.offsets import OffsetStore, OffsetValue, TopicPartition
+from riverbed.broker.groups.offset_store import OffsetStore, TopicPartition
+from riverbed.broker.groups.offsets_topic_records import OffsetValue
 from riverbed.broker.groups.timers import Timers
 from riverbed.protocol import ErrorCode
 
-__all__ = ["GroupCoordinator", "GroupDescription", "GroupListing", "GroupSettings"]
+__all__ = ["GroupCoordinator", "GroupDescription", "GroupListing", "MemberDescription"]
 
 log = logging.getLogger(__name__)
 E = ErrorCode
@@ -84,7 +92,7 @@ class GroupDescription:
     error_message: str | None = None
 
 
-class GroupCoordinator(ClassicProtocol):
+class GroupCoordinator(ClassicMembership):
     """Every group of this broker, and their committed offsets (module doc)."""
 
     def __init__(
@@ -230,30 +238,58 @@ class GroupCoordinator(ClassicProtocol):
 
         Returns the error for every partition of the request; raises ``LogError``/``OSError``
         if the store could not write it."""
+        error = self._refuse_commit(
+            group_id,
+            generation_id=generation_id,
+            member_id=member_id,
+            group_instance_id=group_instance_id,
+            transactional=producer is not None,
+        )
+        if error is not None:
+            return error
+        self._writing[group_id] += 1  # expiry must not drop the group meanwhile
+        try:
+            await self.store.commit(group_id, offsets, producer=producer)
+        finally:
+            self._writing[group_id] -= 1
+            if not self._writing[group_id]:
+                del self._writing[group_id]
+        return E.none
+
+    def _refuse_commit(
+        self,
+        group_id: str,
+        *,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        transactional: bool,
+    ) -> ErrorCode | None:
+        """Why a commit may not be stored, or None (then a classic group's member has
+        heartbeated, and an unknown group has become a "simple" one)."""
         if not self.loaded:
             return E.coordinator_load_in_progress
         if not group_id:
             return E.invalid_group_id
         if group_id in self.consumer:
             # KIP-848: the member epoch arrives in the generation field (any version).
-            if producer is None or member_id:
+            if not transactional or member_id:
                 try:
                     self.consumer.validate_offset_commit(
                         group_id, member_id=member_id, member_epoch=generation_id
                     )
                 except ConsumerGroupError as e:
                     return e.error_code
-            await self._store_offsets(group_id, offsets, producer)
-            return E.none
+            return None
         group = self._groups.get(group_id)
         if group is None:
-            if generation_id >= 0 and producer is None:
+            if generation_id >= 0 and not transactional:
                 return E.illegal_generation  # an old generation of a group that is gone
             group = ClassicGroup(group_id=group_id, state_timestamp_ms=self._timers.now_ms())
             self._groups[group_id] = group  # a "simple" group: offsets only
         elif group.state is GroupState.DEAD:
             return E.coordinator_not_available
-        elif producer is not None:
+        elif transactional:
             if member_id and member_id not in group.members:
                 return E.unknown_member_id
             if generation_id >= 0 and generation_id != group.generation_id:
@@ -269,22 +305,7 @@ class GroupCoordinator(ClassicProtocol):
             self._heartbeat(group, group.members[member_id])
         else:
             return E.unknown_member_id
-        await self._store_offsets(group_id, offsets, producer)
-        return E.none
-
-    async def _store_offsets(
-        self,
-        group_id: str,
-        offsets: Mapping[TopicPartition, OffsetValue],
-        producer: tuple[int, int] | None = None,
-    ) -> None:
-        self._writing[group_id] += 1  # expiry must not drop the group meanwhile
-        try:
-            await self.store.commit(group_id, offsets, producer=producer)
-        finally:
-            self._writing[group_id] -= 1
-            if not self._writing[group_id]:
-                del self._writing[group_id]
+        return None
 
     def fetch_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition] | None
@@ -334,7 +355,9 @@ class GroupCoordinator(ClassicProtocol):
             # classic group becomes a consumer group, keeping its offsets; a live one is not
             # a consumer group. (No online migration of classic members.)
             if classic.state is not GroupState.EMPTY or classic.pending_members:
-                raise GroupIdNotFoundError(f"Group {request.group_id} is not a consumer group.")
+                raise ConsumerGroupError(
+                    E.group_id_not_found, f"Group {request.group_id} is not a consumer group."
+                )
             log.info("group %s: the empty classic group becomes a consumer group", classic.group_id)
             self._forget(classic)
         try:

@@ -8,6 +8,8 @@ from riverbed.broker.handlers.metadata import AUTHORIZED_OPERATIONS_OMITTED
 from riverbed.broker.state import BrokerState
 from riverbed.protocol import ErrorCode, Request
 
+__all__ = ["describe_cluster"]
+
 
 async def describe_cluster(state: BrokerState, request: Request) -> dict[str, Any]:
     return {

@@ -37,7 +37,7 @@ from riverbed.broker.config import (
     Listener,
     log_setting_names,
 )
-from riverbed.broker.errors import error_code_for
+from riverbed.broker.errors import RequestRefused, error_code_for
 from riverbed.broker.state import BrokerState
 from riverbed.log.config import TOPIC_CONFIGS, LogConfig
 from riverbed.log.errors import InvalidConfigError, LogError, UnknownTopicOrPartitionError
@@ -300,14 +300,12 @@ def _answer_each(
         }
         try:
             if resource.resource_type not in (RESOURCE_TOPIC, RESOURCE_BROKER):
-                raise _Refused(
+                raise RequestRefused(
                     ErrorCode.invalid_request,
                     f"resource type {resource.resource_type} is not supported",
                 )
             answer.update(serve(resource))
-        except _Refused as e:
-            answer.update(error_code=e.code, error_message=str(e))
-        except (LogError, OSError) as e:
+        except (RequestRefused, LogError, OSError) as e:
             answer.update(error_code=error_code_for(e), error_message=str(e))
         answers.append(answer)
     return answers
@@ -325,7 +323,7 @@ async def describe_configs(state: BrokerState, request: Request) -> dict[str, An
             )
         else:
             if resource.resource_name not in ("", str(state.config.node_id)):
-                raise _Refused(
+                raise RequestRefused(
                     ErrorCode.invalid_request,
                     f"unexpected broker id {resource.resource_name!r}: "
                     f"this is broker {state.config.node_id}",
@@ -335,12 +333,6 @@ async def describe_configs(state: BrokerState, request: Request) -> dict[str, An
         return {"configs": [c for c in configs if keys is None or c["name"] in keys]}
 
     return {"throttle_time": 0, "results": _answer_each(body.resources, serve, configs=[])}
-
-
-class _Refused(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 # --- AlterConfigs and IncrementalAlterConfigs -----------------------------------------------
@@ -362,7 +354,7 @@ def _incremental_overrides(
         try:
             op = AlterOp(config.config_operation)
         except ValueError:
-            raise _Refused(
+            raise RequestRefused(
                 ErrorCode.invalid_request,
                 f"{name}: unknown config operation {config.config_operation}",
             ) from None
@@ -370,7 +362,7 @@ def _incremental_overrides(
             overrides.pop(name, None)
             continue
         if value is None:
-            raise _Refused(ErrorCode.invalid_request, f"{name}: {op.name} needs a value")
+            raise RequestRefused(ErrorCode.invalid_request, f"{name}: {op.name} needs a value")
         if op is AlterOp.SET:
             overrides[name] = value
             continue
@@ -398,7 +390,7 @@ def _alter_topic(
     named = Counter(config.name for config in resource.configs)
     twice = sorted(key for key, count in named.items() if count > 1)
     if twice:
-        raise _Refused(ErrorCode.invalid_request, f"config {twice[0]!r} is named twice")
+        raise RequestRefused(ErrorCode.invalid_request, f"config {twice[0]!r} is named twice")
     broker_defaults = state.config.log_defaults
     if incremental:
         overrides = _incremental_overrides(
@@ -417,9 +409,9 @@ def _alter(state: BrokerState, request: Request, *, incremental: bool) -> dict[s
 
     def serve(resource: Any) -> dict[str, Any]:
         if named[(resource.resource_type, resource.resource_name)] > 1:
-            raise _Refused(ErrorCode.invalid_request, "each resource may appear only once")
+            raise RequestRefused(ErrorCode.invalid_request, "each resource may appear only once")
         if resource.resource_type == RESOURCE_BROKER:
-            raise _Refused(ErrorCode.invalid_request, BROKER_IS_STATIC)
+            raise RequestRefused(ErrorCode.invalid_request, BROKER_IS_STATIC)
         _alter_topic(
             state, resource, incremental=incremental, validate_only=bool(body.validate_only)
         )

@@ -2,8 +2,8 @@
 
 Thin translations between the wire and the broker's
 :class:`~riverbed.broker.groups.GroupCoordinator`, which owns the consumer-protocol groups
-(:class:`riverbed.broker.groups.consumer_protocol.ConsumerGroups`, a pure state machine)
-beside the classic ones, and runs their session and rebalance timers.
+(:class:`~riverbed.broker.groups.consumer.ConsumerGroups`, a pure state machine) beside the
+classic ones, and runs their session and rebalance timers.
 
 Membership is kept in memory: after a restart a member's heartbeat gets UNKNOWN_MEMBER_ID and
 librdkafka rejoins at once with epoch 0; committed offsets live in the offset store.
@@ -15,14 +15,17 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from riverbed.broker.groups import consumer_protocol as cp
-from riverbed.broker.groups.consumer_protocol_assignors import Assignment
-from riverbed.broker.groups.consumer_protocol_group import ConsumerGroupState
+from riverbed.broker.groups.consumer import (
+    Assignment,
+    ConsumerGroupError,
+    ConsumerGroupState,
+    Heartbeat,
+)
 from riverbed.broker.handlers.metadata import AUTHORIZED_OPERATIONS_OMITTED
 from riverbed.broker.state import BrokerState
 from riverbed.protocol import ErrorCode, Request, milliseconds
 
-__all__ = ["describe", "heartbeat"]
+__all__ = ["consumer_group_describe", "consumer_group_heartbeat"]
 
 MEMBER_TYPE_CONSUMER = 1  # ConsumerGroupDescribe v1: 0 classic, 1 consumer, -1 unknown
 
@@ -39,14 +42,14 @@ def _owned(topic_partitions: Any) -> Assignment | None:
     return owned
 
 
-async def heartbeat(state: BrokerState, request: Request) -> dict[str, Any]:
+async def consumer_group_heartbeat(state: BrokerState, request: Request) -> dict[str, Any]:
     body = request.body
     member_id = body.member_id
     if request.api_version == 0 and not member_id and body.member_epoch == 0:
         member_id = str(uuid.uuid4())  # v0: the coordinator names new members
     try:
         result = state.groups.consumer_heartbeat(
-            cp.Heartbeat(
+            Heartbeat(
                 group_id=body.group_id,
                 member_id=member_id,
                 member_epoch=body.member_epoch,
@@ -60,7 +63,7 @@ async def heartbeat(state: BrokerState, request: Request) -> dict[str, Any]:
                 client_id=request.client_id or "",
             )
         )
-    except cp.ConsumerGroupError as e:
+    except ConsumerGroupError as e:
         return {
             "throttle_time": 0,
             "error_code": e.error_code,
@@ -100,7 +103,7 @@ def _assignment_entry(assignment: Assignment, names: Mapping[uuid.UUID, str]) ->
     }
 
 
-async def describe(state: BrokerState, request: Request) -> dict[str, Any]:
+async def consumer_group_describe(state: BrokerState, request: Request) -> dict[str, Any]:
     groups = state.groups.consumer
     names = {t.topic_id: name for name, t in state.logs.topics().items()}
     described = []

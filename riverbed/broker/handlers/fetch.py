@@ -34,6 +34,8 @@ from riverbed.log.errors import LogError
 from riverbed.log.file_records import FileRecords
 from riverbed.protocol import ErrorCode, Request
 
+__all__ = ["fetch"]
+
 # Fetch sessions: 0 means "no session"; epoch -1 "no session wanted", 0 "create one".
 NO_SESSION_ID = 0
 FINAL_EPOCH = -1
@@ -45,7 +47,7 @@ def _timeout_s(value: Any) -> float:
     return max(0.0, float(seconds))
 
 
-async def handle(state: BrokerState, request: Request) -> dict[str, Any]:
+async def fetch(state: BrokerState, request: Request) -> dict[str, Any]:
     body = request.body
     session_id = getattr(body, "session_id", NO_SESSION_ID)
     session_epoch = getattr(body, "session_epoch", FINAL_EPOCH)

@@ -15,6 +15,8 @@ from riverbed.log.errors import LogError
 from riverbed.log.log import Log
 from riverbed.protocol import ErrorCode, Request
 
+__all__ = ["list_offsets"]
+
 # Kafka's special timestamps (ListOffsetsRequest.LATEST_TIMESTAMP etc.).
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
@@ -44,7 +46,7 @@ def _lookup(partition_log: Log, timestamp: int, *, committed: bool) -> tuple[int
     return record_timestamp, offset
 
 
-async def handle(state: BrokerState, request: Request) -> dict[str, Any]:
+async def list_offsets(state: BrokerState, request: Request) -> dict[str, Any]:
     topics: list[dict[str, Any]] = []
     committed = getattr(request.body, "isolation_level", 0) == READ_COMMITTED
     for topic in request.body.topics:

@@ -11,11 +11,13 @@ from riverbed.log.errors import LogError
 from riverbed.log.manager import TopicMetadata
 from riverbed.protocol import ErrorCode, Request
 
+__all__ = ["AUTHORIZED_OPERATIONS_OMITTED", "metadata"]
+
 # Kafka's "authorized operations not requested" sentinel (INT32_MIN).
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
-def broker_entries(state: BrokerState) -> list[dict[str, Any]]:
+def _broker_entries(state: BrokerState) -> list[dict[str, Any]]:
     return [
         {
             "node_id": state.config.node_id,
@@ -26,7 +28,7 @@ def broker_entries(state: BrokerState) -> list[dict[str, Any]]:
     ]
 
 
-def topic_entry(state: BrokerState, topic: TopicMetadata) -> dict[str, Any]:
+def _topic_entry(state: BrokerState, topic: TopicMetadata) -> dict[str, Any]:
     node = state.config.node_id
     return {
         "error_code": ErrorCode.none,
@@ -67,30 +69,30 @@ def _lookup(
     if name is None:
         for topic in topics.values():
             if topic.topic_id == topic_id:
-                return topic_entry(state, topic)
+                return _topic_entry(state, topic)
         return _error_entry(None, ErrorCode.unknown_topic_id)
     if name in topics:
-        return topic_entry(state, topics[name])
+        return _topic_entry(state, topics[name])
     if not (auto_create and state.config.auto_create_topics_enable):
         return _error_entry(name, ErrorCode.unknown_topic_or_partition)
     try:
         created = state.logs.create_topic(name, partitions=state.config.num_partitions)
     except LogError as e:
         return _error_entry(name, error_code_for(e))
-    return topic_entry(state, created)
+    return _topic_entry(state, created)
 
 
-async def handle(state: BrokerState, request: Request) -> dict[str, Any]:
+async def metadata(state: BrokerState, request: Request) -> dict[str, Any]:
     body = request.body
     requested = body.topics
     # Version 0 has no allow_auto_topic_creation field and always auto-creates.
     auto_create = bool(getattr(body, "allow_auto_topic_creation", True))
     if requested is None:
-        entries = [topic_entry(state, topic) for topic in state.logs.topics().values()]
+        entries = [_topic_entry(state, topic) for topic in state.logs.topics().values()]
     else:
         if request.api_version == 0 and not requested:
             # Metadata v0 has no null: an empty list means "all topics".
-            entries = [topic_entry(state, topic) for topic in state.logs.topics().values()]
+            entries = [_topic_entry(state, topic) for topic in state.logs.topics().values()]
         else:
             entries = [
                 _lookup(
@@ -103,7 +105,7 @@ async def handle(state: BrokerState, request: Request) -> dict[str, Any]:
             ]
     return {
         "throttle_time": 0,
-        "brokers": broker_entries(state),
+        "brokers": _broker_entries(state),
         "cluster_id": state.cluster_id,
         "controller_id": state.config.node_id,
         "topics": entries,

@@ -25,6 +25,8 @@ from riverbed.log.errors import LogError
 from riverbed.log.log import Log
 from riverbed.protocol import ErrorCode, Request
 
+__all__ = ["produce"]
+
 log = logging.getLogger(__name__)
 
 ACKS_NONE, ACKS_LEADER, ACKS_ALL = 0, 1, -1
@@ -42,7 +44,7 @@ def _partition_result(index: int, code: ErrorCode, message: str | None = None) -
     }
 
 
-async def handle(state: BrokerState, request: Request) -> dict[str, Any] | None:
+async def produce(state: BrokerState, request: Request) -> dict[str, Any] | None:
     body = request.body
     acks = body.acks
     if acks not in (ACKS_NONE, ACKS_LEADER, ACKS_ALL):

@@ -2,18 +2,25 @@
 
 One broker holds every partition, so a replication factor above 1 cannot be met
 (INVALID_REPLICATION_FACTOR) and manual replica assignments may name only this broker.
+
+A CreateTopics that names a topic more than once creates none of those entries and answers
+that name once, with INVALID_REQUEST "Duplicate topic name.", after the other topics'
+results; the other topics are created as usual (Kafka's controller, below).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
-from riverbed.broker.errors import error_code_for
+from riverbed.broker.errors import RequestRefused, error_code_for
 from riverbed.broker.internal_topics import is_internal
 from riverbed.broker.state import BrokerState
 from riverbed.log.config import LogConfig
 from riverbed.log.errors import InvalidPartitionsError, LogError
 from riverbed.protocol import ErrorCode, Request
+
+__all__ = ["create_partitions", "create_topics", "delete_topics"]
 
 DEFAULT = -1  # num_partitions / replication_factor: "use the broker's default"
 # Kafka's DescribeConfigs/CreateTopics config sources.
@@ -21,38 +28,39 @@ SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_DEFAULT = 5
 
 
-class _Refused(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
 def _check_replicas(state: BrokerState, topic: Any) -> None:
     factor = topic.replication_factor
     if factor not in (DEFAULT, 1):
-        raise _Refused(
+        raise RequestRefused(
             ErrorCode.invalid_replication_factor,
             f"replication factor {factor} is larger than the number of brokers (1)",
         )
     for assignment in topic.assignments:
         if list(assignment.broker_ids) != [state.config.node_id]:
-            raise _Refused(
+            raise RequestRefused(
                 ErrorCode.invalid_replica_assignment,
                 f"partition {assignment.partition_index}: only broker "
                 f"{state.config.node_id} exists",
             )
 
 
-def _create_one(state: BrokerState, topic: Any, *, validate_only: bool) -> dict[str, Any]:
-    result: dict[str, Any] = {
-        "name": topic.name,
+def _topic_result(
+    name: str, code: ErrorCode = ErrorCode.none, message: str | None = None
+) -> dict[str, Any]:
+    """One CreatableTopicResult, with Kafka's defaults for what is not known."""
+    return {
+        "name": name,
         "topic_id": None,
-        "error_code": ErrorCode.none,
-        "error_message": None,
+        "error_code": code,
+        "error_message": message,
         "num_partitions": -1,
         "replication_factor": -1,
         "configs": None,
     }
+
+
+def _create_one(state: BrokerState, topic: Any, *, validate_only: bool) -> dict[str, Any]:
+    result = _topic_result(topic.name)
     configs = {c.name: c.value for c in topic.configs if c.value is not None}
     partitions = topic.num_partitions
     if partitions == DEFAULT:
@@ -63,17 +71,14 @@ def _create_one(state: BrokerState, topic: Any, *, validate_only: bool) -> dict[
             raise InvalidPartitionsError(f"number of partitions must be at least 1: {partitions}")
         if validate_only:
             if topic.name in state.logs.topics():
-                raise _Refused(ErrorCode.topic_already_exists, f"topic {topic.name!r} exists")
+                raise RequestRefused(ErrorCode.topic_already_exists, f"topic {topic.name!r} exists")
             effective = LogConfig.from_properties(configs, base=state.config.log_defaults)
             topic_id = None
         else:
             created = state.logs.create_topic(topic.name, partitions=partitions, configs=configs)
             effective = state.logs.topic_config(topic.name)
             topic_id = created.topic_id
-    except _Refused as e:
-        result.update(error_code=e.code, error_message=str(e))
-        return result
-    except (LogError, OSError) as e:
+    except (RequestRefused, LogError, OSError) as e:
         result.update(error_code=error_code_for(e), error_message=str(e))
         return result
     result.update(
@@ -97,20 +102,24 @@ def _create_one(state: BrokerState, topic: Any, *, validate_only: bool) -> dict[
 async def create_topics(state: BrokerState, request: Request) -> dict[str, Any]:
     body = request.body
     validate_only = bool(getattr(body, "validate_only", False))
-    seen: set[str] = set()
-    results = []
-    for topic in body.topics:
-        if topic.name in seen:
-            results.append(
-                {
-                    "name": topic.name,
-                    "error_code": ErrorCode.invalid_request,
-                    "error_message": "topic named twice in one request",
-                }
-            )
-            continue
-        seen.add(topic.name)
-        results.append(_create_one(state, topic, validate_only=validate_only))
+    # A name given twice is not created and gets one answer, after the others (librdkafka
+    # refuses a response that names a topic twice): Kafka's ControllerApis.createTopics,
+    # apache/kafka core/src/main/scala/kafka/server/ControllerApis.scala lines 396-405
+    # (finding the duplicates), 415-423 (leaving them out of the creation) and 424-430 (their
+    # results, added after the controller's) at commit 1eb7644. The ZooKeeper-era
+    # KafkaApis.handleCreateTopicsRequest answered every entry ("Found multiple entries for
+    # this topic.", KafkaApis.scala lines 1997-1999 there).
+    named = Counter(topic.name for topic in body.topics)
+    results = [
+        _create_one(state, topic, validate_only=validate_only)
+        for topic in body.topics
+        if named[topic.name] == 1
+    ]
+    results += [
+        _topic_result(name, ErrorCode.invalid_request, "Duplicate topic name.")
+        for name, count in named.items()
+        if count > 1
+    ]
     return {"throttle_time": 0, "topics": results}
 
 
@@ -155,27 +164,31 @@ async def delete_topics(state: BrokerState, request: Request) -> dict[str, Any]:
     return {"throttle_time": 0, "responses": results}
 
 
+def _add_partitions(state: BrokerState, topic: Any, *, validate_only: bool) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "name": topic.name,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+    }
+    try:
+        current = state.logs.topics().get(topic.name)
+        if not validate_only:
+            state.logs.create_partitions(topic.name, total=topic.count)
+        elif current is None:
+            state.logs.log(topic.name, 0)  # raises UnknownTopicOrPartitionError
+        elif topic.count <= current.partitions:
+            raise InvalidPartitionsError(
+                f"topic has {current.partitions} partitions; {topic.count} is not more"
+            )
+    except (LogError, OSError) as e:
+        result.update(error_code=error_code_for(e), error_message=str(e))
+    return result
+
+
 async def create_partitions(state: BrokerState, request: Request) -> dict[str, Any]:
     body = request.body
-    results = []
-    for topic in body.topics:
-        result: dict[str, Any] = {
-            "name": topic.name,
-            "error_code": ErrorCode.none,
-            "error_message": None,
-        }
-        try:
-            current = state.logs.topics().get(topic.name)
-            if body.validate_only:
-                if current is None:
-                    state.logs.log(topic.name, 0)  # raises UnknownTopicOrPartitionError
-                elif topic.count <= current.partitions:
-                    raise InvalidPartitionsError(
-                        f"topic has {current.partitions} partitions; {topic.count} is not more"
-                    )
-            else:
-                state.logs.create_partitions(topic.name, total=topic.count)
-        except (LogError, OSError) as e:
-            result.update(error_code=error_code_for(e), error_message=str(e))
-        results.append(result)
+    results = [
+        _add_partitions(state, topic, validate_only=bool(body.validate_only))
+        for topic in body.topics
+    ]
     return {"throttle_time": 0, "results": results}

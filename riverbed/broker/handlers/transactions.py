@@ -1,7 +1,7 @@
 """The transactional APIs: AddPartitionsToTxn (24), AddOffsetsToTxn (25), EndTxn (26),
 TxnOffsetCommit (28), DescribeTransactions (65) and ListTransactions (66).
 
-InitProducerId with a transactional id is in :mod:`riverbed.broker.handlers.producers`.
+InitProducerId with a transactional id is in :mod:`riverbed.broker.handlers.init_producer_id`.
 The state machine is the coordinator's (:mod:`riverbed.broker.txn`); here are the wire
 shapes and one rule of Kafka's (KIP-588): clients older than InitProducerId v4 /
 AddPartitionsToTxn, AddOffsetsToTxn, EndTxn v2 / TxnOffsetCommit v3 do not know
@@ -17,12 +17,22 @@ import re
 from typing import Any
 
 from riverbed.broker.errors import error_code_for
-from riverbed.broker.handlers.offsets import partition_errors, requested_offsets
+from riverbed.broker.handlers.offset_commits import partition_errors, requested_offsets
 from riverbed.broker.internal_topics import OFFSETS_TOPIC
 from riverbed.broker.state import BrokerState
 from riverbed.broker.txn import TxnState
 from riverbed.log.errors import LogError
 from riverbed.protocol import ErrorCode, Request
+
+__all__ = [
+    "add_offsets_to_txn",
+    "add_partitions_to_txn",
+    "describe_transactions",
+    "end_txn",
+    "fenced_for",
+    "list_transactions",
+    "txn_offset_commit",
+]
 
 KAFKA_STATES = frozenset(
     {s.value for s in TxnState} | {"Dead", "PrepareEpochFence"}  # Kafka's, never held here

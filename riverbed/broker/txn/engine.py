@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 from riverbed.broker.groups.timers import Timers
 from riverbed.broker.internal_topics import Flush
-from riverbed.broker.txn.metadata import TopicPartition, TxnMetadata, TxnState
 from riverbed.broker.txn.state_log import TxnStateLog
+from riverbed.broker.txn.transaction_metadata import TopicPartition, TxnMetadata, TxnState
 from riverbed.log.errors import LogError
 from riverbed.log.log import Log
 from riverbed.log.manager import LogManager
@@ -53,10 +53,10 @@ OnMarker = Callable[[str, int, int, bool], None]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TxnSettings:
-    max_timeout_ms: int = 900_000
-    partitions: int = 50
-    segment_bytes: int = 104_857_600
-    id_expiration_ms: int = 604_800_000
+    """The coordinator's settings; defaults are Kafka's (broker names in brackets)."""
+
+    max_timeout_ms: int = 900_000  # transaction.max.timeout.ms (15 minutes)
+    id_expiration_ms: int = 604_800_000  # transactional.id.expiration.ms (7 days)
 
 
 class TransactionEngine:
@@ -70,19 +70,14 @@ class TransactionEngine:
         timers: Timers,
         settings: TxnSettings,
         on_marker: OnMarker,
+        state_log: TxnStateLog,
     ) -> None:
         self._logs = logs
         self._flush = flush
         self._timers = timers
         self._settings = settings
         self._on_marker = on_marker
-        self._state_log = TxnStateLog(
-            logs,
-            flush=flush,
-            clock=timers.now_ms,
-            partitions=settings.partitions,
-            segment_bytes=settings.segment_bytes,
-        )
+        self._state_log = state_log
         self._txns: dict[str, TxnMetadata] = {}
         self._by_producer: dict[int, TxnMetadata] = {}
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)

@@ -1,26 +1,25 @@
 """``__transaction_state``: where the transaction coordinator keeps its ids.
 
-One record per change of an id (format in :mod:`riverbed.broker.txn.metadata`), appended
-to the partition of the id (``abs(java_hash(id)) % partitions``, as Kafka places both
-groups and transactional ids), read back whole at start-up; the last record per id wins,
-a tombstone forgets it. The topic is created on first write, compacted, with
-``transaction.state.log.num.partitions`` partitions (an existing topic keeps its count).
+One record per change of an id (format in
+:mod:`riverbed.broker.txn.transaction_metadata`), appended to the partition of the id
+(``abs(java_hash(id)) % partitions``, as Kafka places both groups and transactional ids),
+read back whole at start-up; the last record per id wins, a tombstone forgets it. The
+topic is created on first write, compacted, with ``transaction.state.log.num.partitions``
+partitions (an existing topic keeps its count).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
-from riverbed.broker.internal_topics import TRANSACTION_STATE_TOPIC, Flush, InternalTopic
-from riverbed.broker.txn.metadata import (
+from riverbed.broker.internal_topics import TRANSACTION_STATE_TOPIC, InternalTopic
+from riverbed.broker.txn.transaction_metadata import (
     TxnMetadata,
     decode_key,
     decode_value,
     encode_key,
     encode_value,
 )
-from riverbed.log.manager import LogManager
 from riverbed.log.records import decode_records
 
 __all__ = ["TxnStateLog"]
@@ -31,23 +30,9 @@ log = logging.getLogger(__name__)
 class TxnStateLog:
     """Reads and appends the records of ``__transaction_state``."""
 
-    def __init__(
-        self,
-        logs: LogManager,
-        *,
-        flush: Flush,
-        clock: Callable[[], int],
-        partitions: int,
-        segment_bytes: int,
-    ) -> None:
-        self._topic = InternalTopic(
-            logs,
-            TRANSACTION_STATE_TOPIC,
-            flush=flush,
-            clock=clock,
-            partitions=partitions,
-            segment_bytes=segment_bytes,
-        )
+    def __init__(self, topic: InternalTopic) -> None:
+        """``topic`` is ``__transaction_state``, created on the first write."""
+        self._topic = topic
 
     def load(self) -> dict[str, TxnMetadata]:
         """The last state of every id that has one (a record that does not decode is

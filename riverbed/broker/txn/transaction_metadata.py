@@ -14,19 +14,19 @@ Records, one per change (the last one per key wins; compaction keeps it)::
            "bounds":[[TOPIC,P,OFFSET],...]}
 
 A null value (tombstone) forgets an expired id. Prepare* (and Complete*) records keep the
-partitions so that recovery can check every marker was written; their ``bounds``
-holds each partition's log end offset when the outcome was decided: the transaction's data
-is below it, so recovery never mistakes a later transaction's data for this one's (see the
-coordinator). UTF-8 JSON with
-a fixed key order, as the records of ``__consumer_offsets``.
+partitions so that recovery can check every marker was written; their ``bounds`` holds each
+partition's log end offset when the outcome was decided: the transaction's data is below
+it, so recovery never mistakes a later transaction's data for this one's (see the
+coordinator). UTF-8 JSON with a fixed key order, as the records of ``__consumer_offsets``
+(:func:`riverbed.broker.internal_topics.encode_json`).
 """
 
 from __future__ import annotations
 
 import enum
-import json
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+
+from riverbed.broker.internal_topics import decode_json_object, encode_json
 
 __all__ = ["TxnMetadata", "TxnState", "decode_key", "decode_value", "encode_key", "encode_value"]
 
@@ -79,32 +79,18 @@ class TxnMetadata:
     """Per partition, its log end offset when the outcome was decided (Prepare*, Complete*)."""
 
     def copy(self) -> TxnMetadata:
-        return TxnMetadata(
-            transactional_id=self.transactional_id,
-            producer_id=self.producer_id,
-            producer_epoch=self.producer_epoch,
-            last_producer_epoch=self.last_producer_epoch,
-            timeout_ms=self.timeout_ms,
-            state=self.state,
-            partitions=set(self.partitions),
-            start_ms=self.start_ms,
-            update_ms=self.update_ms,
-            bounds=dict(self.bounds),
-        )
-
-
-def _dumps(document: dict[str, Any]) -> bytes:
-    return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+        """An independent copy (its sets and maps are copied too)."""
+        return replace(self, partitions=set(self.partitions), bounds=dict(self.bounds))
 
 
 def encode_key(transactional_id: str) -> bytes:
-    return _dumps({"v": KEY_VERSION, "type": "txn", "id": transactional_id})
+    return encode_json({"v": KEY_VERSION, "type": "txn", "id": transactional_id})
 
 
 def decode_key(data: bytes) -> str:
     """The transactional id of a key; ValueError if it is not one."""
-    document = json.loads(data)
-    if not isinstance(document, dict) or document.get("type") != "txn":
+    document = decode_json_object(data, what="key")
+    if document.get("type") != "txn":
         raise ValueError(f"not a transaction key: {data[:80]!r}")
     transactional_id = document["id"]
     if not isinstance(transactional_id, str):
@@ -113,7 +99,7 @@ def decode_key(data: bytes) -> str:
 
 
 def encode_value(meta: TxnMetadata) -> bytes:
-    return _dumps(
+    return encode_json(
         {
             "producer_id": meta.producer_id,
             "producer_epoch": meta.producer_epoch,
@@ -130,7 +116,7 @@ def encode_value(meta: TxnMetadata) -> bytes:
 
 def decode_value(transactional_id: str, data: bytes) -> TxnMetadata:
     """ValueError/KeyError/TypeError if ``data`` is not a value this module wrote."""
-    document = json.loads(data)
+    document = decode_json_object(data, what="value")
     return TxnMetadata(
         transactional_id=transactional_id,
         producer_id=int(document["producer_id"]),

@@ -2,7 +2,7 @@
 
 This module is data plus the rules that need no clock: protocol selection and the
 validity checks of a join. The transitions themselves (and every timer) live in
-:mod:`riverbed.broker.groups.classic_rebalance`.
+:mod:`riverbed.broker.groups.classic.rebalance`.
 
 States (Kafka's ``ClassicGroupState``, the names DescribeGroups and ListGroups report)::
 
@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from riverbed.broker.groups.subscription import subscription_topics
+from riverbed.broker.groups.classic.subscription import subscription_topics
 from riverbed.protocol import ErrorCode
 
 __all__ = ["ClassicGroup", "GroupState", "JoinResult", "Member", "SyncResult"]
@@ -204,7 +204,8 @@ class ClassicGroup:
         return topics
 
     def record(self) -> dict[str, Any]:
-        """The group metadata record value (see :mod:`riverbed.broker.groups.records`)."""
+        """The group metadata record's value (format:
+        :mod:`riverbed.broker.groups.offsets_topic_records`)."""
         return {
             "protocol_type": self.protocol_type or "",
             "generation": self.generation_id,

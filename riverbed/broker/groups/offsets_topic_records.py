@@ -21,43 +21,37 @@ was deleted. ``metadata`` is the client's string as committed (null stays null);
 are ignored, so later versions may add some.
 
 Which partition holds a group: ``abs(java_hash(group_id)) % partitions``, Kafka's
-``GroupCoordinator.partitionFor`` (Java's ``String.hashCode`` over UTF-16 code units and
-``Utils.abs``, which maps ``Integer.MIN_VALUE`` to 0).
+``GroupCoordinator.partitionFor``
+(:func:`riverbed.broker.internal_topics.partition_for`).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from riverbed.broker.internal_topics import java_string_hash, partition_for
+from riverbed.broker.internal_topics import decode_json_object, encode_json
 
 __all__ = [
     "GroupKey",
     "OffsetKey",
     "OffsetValue",
+    "decode_group_value",
     "decode_key",
     "decode_offset_value",
+    "encode_group_value",
     "encode_key",
     "encode_offset_value",
-    "java_string_hash",
-    "partition_for",
 ]
-
-KEY_VERSION = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OffsetKey:
+    """The key of a group's committed offset of one partition."""
+
     group: str
     topic: str
     partition: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GroupKey:
-    group: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,13 +64,20 @@ class OffsetValue:
     commit_timestamp_ms: int = -1
 
 
-def _dumps(document: dict[str, Any]) -> bytes:
-    return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupKey:
+    """The key of a group's metadata record."""
+
+    group: str
+
+
+KEY_VERSION = 0
+"""The ``v`` of every key this module writes."""
 
 
 def encode_key(key: OffsetKey | GroupKey) -> bytes:
     if isinstance(key, OffsetKey):
-        return _dumps(
+        return encode_json(
             {
                 "v": KEY_VERSION,
                 "type": "offset",
@@ -85,14 +86,12 @@ def encode_key(key: OffsetKey | GroupKey) -> bytes:
                 "partition": key.partition,
             }
         )
-    return _dumps({"v": KEY_VERSION, "type": "group", "group": key.group})
+    return encode_json({"v": KEY_VERSION, "type": "group", "group": key.group})
 
 
 def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
     """The key, or None for a record this version does not know (it is skipped)."""
-    document = json.loads(data)
-    if not isinstance(document, dict):
-        raise ValueError("key is not a JSON object")
+    document = decode_json_object(data, what="key")
     kind = document.get("type")
     if kind == "offset":
         return OffsetKey(
@@ -106,7 +105,7 @@ def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
 
 
 def encode_offset_value(value: OffsetValue) -> bytes:
-    return _dumps(
+    return encode_json(
         {
             "offset": value.offset,
             "leader_epoch": value.leader_epoch,
@@ -117,7 +116,7 @@ def encode_offset_value(value: OffsetValue) -> bytes:
 
 
 def decode_offset_value(data: bytes) -> OffsetValue:
-    document = json.loads(data)
+    document = decode_json_object(data, what="offset value")
     metadata = document.get("metadata", "")
     return OffsetValue(
         offset=int(document["offset"]),
@@ -128,11 +127,8 @@ def decode_offset_value(data: bytes) -> OffsetValue:
 
 
 def encode_group_value(value: dict[str, Any]) -> bytes:
-    return _dumps(value)
+    return encode_json(value)
 
 
 def decode_group_value(data: bytes) -> dict[str, Any]:
-    document = json.loads(data)
-    if not isinstance(document, dict):
-        raise ValueError("group value is not a JSON object")
-    return document
+    return decode_json_object(data, what="group value")

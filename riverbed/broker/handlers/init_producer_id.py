@@ -18,12 +18,14 @@ from riverbed.broker.handlers.transactions import fenced_for
 from riverbed.broker.state import BrokerState
 from riverbed.protocol import ErrorCode, Request, milliseconds
 
+__all__ = ["init_producer_id"]
+
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 MAX_EPOCH = 2**15 - 1  # producer_epoch is an int16
 
 
-async def handle(state: BrokerState, request: Request) -> dict[str, Any]:
+async def init_producer_id(state: BrokerState, request: Request) -> dict[str, Any]:
     body = request.body
     if body.transactional_id is not None:
         code, txn_producer_id, txn_epoch = await state.txns.init_producer_id(

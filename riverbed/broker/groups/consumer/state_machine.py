@@ -7,9 +7,11 @@ the partition assignment itself. The moving parts, per group:
   assignment: a member joins, leaves or changes its subscription, or a subscribed topic
   appears, disappears or gains partitions;
 - the **target assignment** (what each member should own), recomputed by the group's assignor
-  (``consumer_protocol_assignors``) when the group epoch is ahead of the assignment epoch;
+  (:mod:`~riverbed.broker.groups.consumer.assignors`) when the group epoch is ahead of the
+  assignment epoch;
 - each member's **member epoch** and current assignment, moved towards the target one
-  heartbeat at a time so that no partition is ever owned twice (``consumer_protocol_reconcile``).
+  heartbeat at a time so that no partition is ever owned twice
+  (:mod:`~riverbed.broker.groups.consumer.reconcile`).
 
 Members heartbeat every ``heartbeat_interval_ms`` (the coordinator tells them, Kafka's
 ``group.consumer.heartbeat.interval.ms``); one not heard from for ``session_timeout_ms``
@@ -23,8 +25,8 @@ when :meth:`ConsumerGroups.next_deadline_ms` comes. State lives in memory only; 
 broker restart members get UNKNOWN_MEMBER_ID and rejoin (their committed offsets are in the
 offset store, not here).
 
-Requests, answers and refusals (the :class:`ConsumerGroupError` hierarchy) are the values of
-:mod:`~riverbed.broker.groups.consumer_protocol_messages`, re-exported here.
+Requests, answers and refusals (:class:`ConsumerGroupError`, each with its Kafka error code)
+are the values of :mod:`~riverbed.broker.groups.consumer.messages`.
 """
 
 from __future__ import annotations
@@ -34,65 +36,29 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from riverbed.broker.groups.consumer_protocol_assignors import (
+from riverbed.broker.groups.consumer.assignors import (
     ASSIGNORS,
     DEFAULT_ASSIGNOR,
     Assignor,
     MemberSubscription,
 )
-from riverbed.broker.groups.consumer_protocol_group import ConsumerGroup, Member
-from riverbed.broker.groups.consumer_protocol_messages import (
+from riverbed.broker.groups.consumer.group import ConsumerGroup, Member
+from riverbed.broker.groups.consumer.messages import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
     NO_REBALANCE_TIMEOUT,
     ConsumerGroupError,
     Expired,
-    FencedInstanceIdError,
-    FencedMemberEpochError,
-    GroupIdNotFoundError,
-    GroupMaxSizeReachedError,
     Heartbeat,
     HeartbeatResult,
-    InvalidRegularExpressionError,
-    InvalidRequestError,
-    NonEmptyGroupError,
-    StaleMemberEpochError,
     TopicInfo,
-    UnknownMemberIdError,
-    UnreleasedInstanceIdError,
-    UnsupportedAssignorError,
 )
-from riverbed.broker.groups.consumer_protocol_reconcile import (
-    MemberAssignment,
-    MemberState,
-    assignment_equal,
-    reconcile,
-)
+from riverbed.broker.groups.consumer.reconcile import MemberState, assignment_equal, reconcile
+from riverbed.protocol import ErrorCode
 
-__all__ = [
-    "LEAVE_GROUP_MEMBER_EPOCH",
-    "LEAVE_GROUP_STATIC_MEMBER_EPOCH",
-    "ConsumerGroupError",
-    "ConsumerGroups",
-    "Expired",
-    "FencedInstanceIdError",
-    "FencedMemberEpochError",
-    "GroupIdNotFoundError",
-    "GroupMaxSizeReachedError",
-    "Heartbeat",
-    "HeartbeatResult",
-    "InvalidRegularExpressionError",
-    "InvalidRequestError",
-    "Member",
-    "MemberAssignment",
-    "MemberState",
-    "NonEmptyGroupError",
-    "StaleMemberEpochError",
-    "TopicInfo",
-    "UnknownMemberIdError",
-    "UnreleasedInstanceIdError",
-    "UnsupportedAssignorError",
-]
+__all__ = ["ConsumerGroups"]
+
+E = ErrorCode
 
 
 @dataclass(slots=True, kw_only=True)
@@ -119,6 +85,12 @@ class ConsumerGroups:
     def get(self, group_id: str) -> ConsumerGroup | None:
         return self._groups.get(group_id)
 
+    def _existing(self, group_id: str) -> ConsumerGroup:
+        group = self._groups.get(group_id)
+        if group is None:
+            raise ConsumerGroupError(E.group_id_not_found, f"consumer group {group_id} not found")
+        return group
+
     def next_deadline_ms(self) -> int | None:
         """When :meth:`expire` next has something to do, or ``None``."""
         deadlines = [d for group in self._groups.values() for d in group.deadlines()]
@@ -132,11 +104,10 @@ class ConsumerGroups:
         if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
             return self._leave(request)
         joining = request.member_epoch == 0
-        group = self._groups.get(request.group_id)
-        if group is None:
-            if not joining:
-                raise GroupIdNotFoundError(f"consumer group {request.group_id} not found")
-            group = ConsumerGroup(group_id=request.group_id)
+        if joining:
+            group = self._groups.get(request.group_id) or ConsumerGroup(group_id=request.group_id)
+        else:
+            group = self._existing(request.group_id)
         member = self._member_for(group, request, joining=joining)
         self._groups[group.group_id] = group
         old_subscription = (member.subscribed_topic_names, member.subscribed_topic_regex)
@@ -187,39 +158,45 @@ class ConsumerGroups:
     def _validate(self, request: Heartbeat) -> None:
         """Kafka's checks (``throwIfConsumerGroupHeartbeatRequestIsInvalid``)."""
         if not request.group_id:
-            raise InvalidRequestError("GroupId can't be empty.")
+            raise ConsumerGroupError(E.invalid_request, "GroupId can't be empty.")
         if request.instance_id == "":
-            raise InvalidRequestError("InstanceId can't be empty.")
+            raise ConsumerGroupError(E.invalid_request, "InstanceId can't be empty.")
         if request.rack_id == "":
-            raise InvalidRequestError("RackId can't be empty.")
+            raise ConsumerGroupError(E.invalid_request, "RackId can't be empty.")
         if not request.member_id:
-            raise InvalidRequestError("MemberId can't be empty.")
+            raise ConsumerGroupError(E.invalid_request, "MemberId can't be empty.")
         epoch = request.member_epoch
         if epoch == 0:
             if request.rebalance_timeout_ms == NO_REBALANCE_TIMEOUT:
-                raise InvalidRequestError("RebalanceTimeoutMs must be provided in first request.")
+                raise ConsumerGroupError(
+                    E.invalid_request, "RebalanceTimeoutMs must be provided in first request."
+                )
             if request.owned is None or any(request.owned.values()):
-                raise InvalidRequestError("TopicPartitions must be empty when (re-)joining.")
+                raise ConsumerGroupError(
+                    E.invalid_request, "TopicPartitions must be empty when (re-)joining."
+                )
             if not request.subscribed_topic_names and not request.subscribed_topic_regex:
-                raise InvalidRequestError(
-                    "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
+                raise ConsumerGroupError(
+                    E.invalid_request,
+                    "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.",
                 )
         elif epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             if request.instance_id is None:
-                raise InvalidRequestError("InstanceId can't be null.")
+                raise ConsumerGroupError(E.invalid_request, "InstanceId can't be null.")
         elif epoch < LEAVE_GROUP_MEMBER_EPOCH:
-            raise InvalidRequestError("MemberEpoch is invalid.")
+            raise ConsumerGroupError(E.invalid_request, "MemberEpoch is invalid.")
         if request.subscribed_topic_regex:
             try:
                 re.compile(request.subscribed_topic_regex)
             except re.error as e:
-                raise InvalidRegularExpressionError(
-                    f"{request.subscribed_topic_regex!r}: {e}"
+                raise ConsumerGroupError(
+                    E.invalid_regular_expression, f"{request.subscribed_topic_regex!r}: {e}"
                 ) from None
         if request.server_assignor is not None and request.server_assignor not in self.assignors:
-            raise UnsupportedAssignorError(
+            raise ConsumerGroupError(
+                E.unsupported_assignor,
                 f"ServerAssignor {request.server_assignor} is not supported. "
-                f"Supported assignors: {', '.join(self.assignors)}."
+                f"Supported assignors: {', '.join(self.assignors)}.",
             )
 
     def _member_for(self, group: ConsumerGroup, request: Heartbeat, *, joining: bool) -> Member:
@@ -230,28 +207,25 @@ class ConsumerGroups:
             if static.member_id == request.member_id:
                 return static
             if static.assignment.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-                raise UnreleasedInstanceIdError(
-                    f"static member {instance_id} of group {group.group_id} has not left"
+                raise ConsumerGroupError(
+                    E.unreleased_instance_id,
+                    f"static member {instance_id} of group {group.group_id} has not left",
                 )
             # A new process of a static member that left with epoch -2: it takes over the
             # previous member's partitions and target without a rebalance.
             return group.replace(static, new_member_id=request.member_id)
         if instance_id is not None and not joining:
-            if static is None:
-                raise UnknownMemberIdError(f"instance {instance_id} is not in {group.group_id}")
-            if static.member_id != request.member_id:
-                raise FencedInstanceIdError(
-                    f"instance {instance_id} belongs to member {static.member_id}"
-                )
+            self._static_member(group, instance_id, member_id=request.member_id)
         member = group.members.get(request.member_id)
         if member is None:
             if not joining:
-                raise UnknownMemberIdError(
-                    f"member {request.member_id} is not in group {group.group_id}"
+                raise ConsumerGroupError(
+                    E.unknown_member_id,
+                    f"member {request.member_id} is not in group {group.group_id}",
                 )
             if len(group.members) >= self.max_size:
-                raise GroupMaxSizeReachedError(
-                    f"group {group.group_id} has {self.max_size} members"
+                raise ConsumerGroupError(
+                    E.group_max_size_reached, f"group {group.group_id} has {self.max_size} members"
                 )
             return Member(member_id=request.member_id)
         if not joining:
@@ -260,13 +234,29 @@ class ConsumerGroups:
         return member
 
     @staticmethod
+    def _static_member(group: ConsumerGroup, instance_id: str, *, member_id: str) -> Member:
+        """The static member of ``instance_id``, which the heartbeat's ``member_id`` must be."""
+        static = group.static_member(instance_id)
+        if static is None:
+            raise ConsumerGroupError(
+                E.unknown_member_id, f"instance {instance_id} is not in group {group.group_id}"
+            )
+        if static.member_id != member_id:
+            raise ConsumerGroupError(
+                E.fenced_instance_id,
+                f"instance {instance_id} belongs to member {static.member_id}",
+            )
+        return static
+
+    @staticmethod
     def _check_epoch(member: Member, request: Heartbeat) -> None:
         """Kafka's ``throwIfConsumerGroupMemberEpochIsInvalid``."""
         current = member.assignment
         received = request.member_epoch
         if received > current.member_epoch:
-            raise FencedMemberEpochError(
-                f"member epoch {received} is ahead of the coordinator's {current.member_epoch}"
+            raise ConsumerGroupError(
+                E.fenced_member_epoch,
+                f"member epoch {received} is ahead of the coordinator's {current.member_epoch}",
             )
         if received < current.member_epoch:
             # The response that carried the new epoch may have been lost: accept the previous
@@ -277,8 +267,9 @@ class ConsumerGroups:
                 for topic_id, parts in owned.items()
             )
             if received != current.previous_member_epoch or not subset:
-                raise FencedMemberEpochError(
-                    f"member epoch {received} is behind the coordinator's {current.member_epoch}"
+                raise ConsumerGroupError(
+                    E.fenced_member_epoch,
+                    f"member epoch {received} is behind the coordinator's {current.member_epoch}",
                 )
 
     def _update_target(self, group: ConsumerGroup, topics: Mapping[str, TopicInfo]) -> None:
@@ -306,22 +297,15 @@ class ConsumerGroups:
     # -- leaving and expiry ---------------------------------------------------------------
 
     def _leave(self, request: Heartbeat) -> HeartbeatResult:
-        group = self._groups.get(request.group_id)
-        if group is None:
-            raise GroupIdNotFoundError(f"consumer group {request.group_id} not found")
+        group = self._existing(request.group_id)
         if request.instance_id is None:
             member = group.members.get(request.member_id)
             if member is None:
-                raise UnknownMemberIdError(f"member {request.member_id} is not in the group")
-        else:
-            static = group.static_member(request.instance_id)
-            if static is None:
-                raise UnknownMemberIdError(f"instance {request.instance_id} is not in the group")
-            if static.member_id != request.member_id:
-                raise FencedInstanceIdError(
-                    f"instance {request.instance_id} belongs to member {static.member_id}"
+                raise ConsumerGroupError(
+                    E.unknown_member_id, f"member {request.member_id} is not in the group"
                 )
-            member = static
+        else:
+            member = self._static_member(group, request.instance_id, member_id=request.member_id)
             if request.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
                 # Temporarily gone: the partitions stay reserved until the session expires.
                 member.assignment = member.assignment.with_epoch(
@@ -376,24 +360,23 @@ class ConsumerGroups:
         A commit without a member (epoch < 0, admin tools) is accepted only while the group
         has no members; a member must commit with its current member epoch.
         """
-        group = self._groups.get(group_id)
-        if group is None:
-            raise GroupIdNotFoundError(f"consumer group {group_id} not found")
+        group = self._existing(group_id)
         if member_epoch < 0 and not group.members:
             return
         member = group.members.get(member_id)
         if member is None:
-            raise UnknownMemberIdError(f"member {member_id} is not in group {group_id}")
+            raise ConsumerGroupError(
+                E.unknown_member_id, f"member {member_id} is not in group {group_id}"
+            )
         if member_epoch != member.assignment.member_epoch:
-            raise StaleMemberEpochError(
-                f"member epoch {member_epoch} is not the current {member.assignment.member_epoch}"
+            raise ConsumerGroupError(
+                E.stale_member_epoch,
+                f"member epoch {member_epoch} is not the current {member.assignment.member_epoch}",
             )
 
     def delete(self, group_id: str) -> None:
         """Forget an empty group (DeleteGroups); raises if it has members."""
-        group = self._groups.get(group_id)
-        if group is None:
-            raise GroupIdNotFoundError(f"consumer group {group_id} not found")
+        group = self._existing(group_id)
         if group.members:
-            raise NonEmptyGroupError(f"group {group_id} is not empty")
+            raise ConsumerGroupError(E.non_empty_group, f"group {group_id} is not empty")
         del self._groups[group_id]

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from riverbed.broker.groups.consumer_protocol_assignors import Assignment
+from riverbed.broker.groups.consumer.assignors import Assignment
 
 __all__ = ["MemberAssignment", "MemberState", "assignment_equal", "owns_any", "reconcile"]
 

@@ -13,10 +13,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from riverbed.broker.errors import error_code_for
-from riverbed.broker.groups.offsets import OffsetValue, TopicPartition
+from riverbed.broker.groups import OffsetValue
+from riverbed.broker.groups.offset_store import TopicPartition
 from riverbed.broker.state import BrokerState
 from riverbed.log.errors import LogError
 from riverbed.protocol import ErrorCode, Request
+
+__all__ = [
+    "offset_commit",
+    "offset_delete",
+    "offset_fetch",
+    "partition_errors",
+    "requested_offsets",
+]
 
 OFFSET_METADATA_MAX_BYTES = 4096
 """Kafka's offset.metadata.max.bytes default."""

@@ -1,10 +1,11 @@
 """Committed offsets (and group records), durable in the internal topic ``__consumer_offsets``.
 
 The log is the store: every change is one record appended to the partition of the group
-(:func:`~riverbed.broker.groups.records.partition_for`) and fsynced before the caller is
+(:func:`~riverbed.broker.internal_topics.partition_for`) and fsynced before the caller is
 told it happened — a commit is acknowledged with ``acks=all`` semantics. The in-memory maps
 are a cache of the log's last record per key, rebuilt at start-up by :meth:`OffsetStore.load`
-(one linear read of every partition). Record format: :mod:`riverbed.broker.groups.records`.
+(one linear read of every partition). Record format:
+:mod:`riverbed.broker.groups.offsets_topic_records`.
 
 The topic is created on first write with ``offsets.topic.num.partitions`` partitions and
 ``cleanup.policy=compact`` (compaction itself is issue 5). If it already exists, its real
@@ -31,11 +32,11 @@ every other method runs on the event loop.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from riverbed.broker.groups.records import (
+from riverbed.broker.groups.offsets_topic_records import (
     GroupKey,
     OffsetKey,
     OffsetValue,
@@ -46,12 +47,11 @@ from riverbed.broker.groups.records import (
     encode_key,
     encode_offset_value,
 )
-from riverbed.broker.internal_topics import OFFSETS_TOPIC, Flush, InternalTopic
+from riverbed.broker.internal_topics import OFFSETS_TOPIC, InternalTopic
 from riverbed.log.log import Log
-from riverbed.log.manager import LogManager
 from riverbed.log.records import COMMIT, control_type, decode_records
 
-__all__ = ["OFFSETS_TOPIC", "OffsetStore", "OffsetValue", "TopicPartition"]
+__all__ = ["OffsetStore", "TopicPartition"]
 
 log = logging.getLogger(__name__)
 
@@ -74,24 +74,9 @@ class OffsetStore:
     unchanged.
     """
 
-    def __init__(
-        self,
-        logs: LogManager,
-        *,
-        flush: Flush,
-        clock: Callable[[], int],
-        partitions: int,
-        segment_bytes: int,
-    ) -> None:
-        self._topic = InternalTopic(
-            logs,
-            OFFSETS_TOPIC,
-            flush=flush,
-            clock=clock,
-            partitions=partitions,
-            segment_bytes=segment_bytes,
-        )
-        self._clock = clock
+    def __init__(self, topic: InternalTopic) -> None:
+        """``topic`` is ``__consumer_offsets``, created on the first write."""
+        self._topic = topic
         self._offsets: dict[str, dict[TopicPartition, _Entry]] = {}
         self._groups: dict[str, tuple[dict[str, Any], int]] = {}
         # (partition, producer id) -> group -> offsets of an open transaction (TxnOffsetCommit)
@@ -212,7 +197,7 @@ class OffsetStore:
         offsets stay pending until :meth:`complete_transaction` sees its marker."""
         if not offsets:
             return
-        now = self._clock()
+        now = self._topic.clock()
         records = []
         for (topic, partition), value in offsets.items():
             if value.commit_timestamp_ms < 0:

@@ -1,8 +1,9 @@
 """One consumer-protocol (KIP-848) group: its members, epochs, target and partition owners.
 
-A plain record that ``consumer_protocol.ConsumerGroups`` changes; it keeps its own indexes
-consistent (static members by instance id, the member owning each partition) and derives the
-group state Kafka reports (``Empty``, ``Assigning``, ``Reconciling``, ``Stable``).
+A plain record that :class:`~riverbed.broker.groups.consumer.state_machine.ConsumerGroups`
+changes; it keeps its own indexes consistent (static members by instance id, the member
+owning each partition) and derives the group state Kafka reports (``Empty``, ``Assigning``,
+``Reconciling``, ``Stable``).
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from riverbed.broker.groups.consumer_protocol_assignors import Assignment
-from riverbed.broker.groups.consumer_protocol_reconcile import MemberAssignment
+from riverbed.broker.groups.consumer.assignors import Assignment
+from riverbed.broker.groups.consumer.reconcile import MemberAssignment
 
 if TYPE_CHECKING:
-    from riverbed.broker.groups.consumer_protocol_messages import Heartbeat, TopicInfo
+    from riverbed.broker.groups.consumer.messages import Heartbeat, TopicInfo
 
 __all__ = ["ConsumerGroup", "ConsumerGroupState", "Member"]
 

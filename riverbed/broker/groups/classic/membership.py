@@ -1,7 +1,8 @@
-"""The classic protocol's requests: JoinGroup, SyncGroup, Heartbeat and LeaveGroup.
+"""Membership of a classic group: JoinGroup, SyncGroup, Heartbeat and LeaveGroup.
 
-Each method answers one request on the :class:`~riverbed.broker.groups.classic_rebalance.
-ClassicRebalance` engine (Kafka's ``GroupCoordinator``/``ClassicGroup``):
+Each method of :class:`ClassicMembership` answers one request on the
+:class:`~riverbed.broker.groups.classic.rebalance.ClassicRebalance` engine (Kafka's
+``GroupCoordinator``/``ClassicGroup``):
 
 - A join without a member id gets a generated one. From JoinGroup v4 on it is answered
   MEMBER_ID_REQUIRED with that id and must rejoin with it within the session timeout.
@@ -24,17 +25,23 @@ import logging
 import uuid
 from collections.abc import Iterable, Mapping
 
-from riverbed.broker.groups.classic_rebalance import ClassicRebalance, resolve
-from riverbed.broker.groups.group import ClassicGroup, GroupState, JoinResult, Member, SyncResult
+from riverbed.broker.groups.classic.group import (
+    ClassicGroup,
+    GroupState,
+    JoinResult,
+    Member,
+    SyncResult,
+)
+from riverbed.broker.groups.classic.rebalance import ClassicRebalance, resolve
 from riverbed.protocol import ErrorCode
 
-__all__ = ["ClassicProtocol"]
+__all__ = ["ClassicMembership"]
 
 log = logging.getLogger(__name__)
 E = ErrorCode
 
 
-class ClassicProtocol(ClassicRebalance):
+class ClassicMembership(ClassicRebalance):
     """The four requests of the classic protocol (module doc)."""
 
     # --- JoinGroup --------------------------------------------------------------------------

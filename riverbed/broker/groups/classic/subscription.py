@@ -1,9 +1,10 @@
-"""The topics in a "consumer" protocol member's subscription (Kafka's ConsumerProtocol).
+"""The topics of a classic group member's subscription (Kafka's ConsumerProtocol).
 
-Member metadata of protocol type ``consumer`` is ``ConsumerProtocolSubscription``: a version
-int16, then ``topics`` as an array of strings (int32 count, int16-length UTF-8 strings),
-then fields the coordinator does not need (user data, owned partitions, ...). Versions 0-3
-all start this way. The coordinator reads only the topics, for OffsetDelete's
+A classic member's metadata is opaque bytes, except that for protocol type ``consumer``
+(every Kafka consumer's) it is ``ConsumerProtocolSubscription``: a version int16, then
+``topics`` as an array of strings (int32 count, int16-length UTF-8 strings), then fields the
+coordinator does not need (user data, owned partitions, ...). Versions 0-3 all start this
+way. The coordinator reads only the topics, for OffsetDelete's
 GROUP_SUBSCRIBED_TO_TOPIC check; everything else about the subscription stays opaque.
 """
 

@@ -1,9 +1,9 @@
 """The classic protocol's rebalance engine: group states, timers and member liveness.
 
 :class:`ClassicRebalance` holds every classic group of the broker and moves them between
-states (:mod:`riverbed.broker.groups.group` draws the diagram); the requests that drive it
-are :class:`riverbed.broker.groups.classic_protocol.ClassicProtocol`'s. Kafka's classic
-protocol (``GroupCoordinator``/``ClassicGroup``):
+states (:mod:`riverbed.broker.groups.classic.group` draws the diagram); the requests that
+drive it are those of :class:`~riverbed.broker.groups.classic.membership.ClassicMembership`.
+Kafka's classic protocol (``GroupCoordinator``/``ClassicGroup``):
 
 - A join starts a rebalance (PreparingRebalance). The rebalance ends when every known member
   has rejoined, or when the group's rebalance timeout (the largest of its members') expires;
@@ -34,8 +34,14 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from riverbed.broker.groups.group import ClassicGroup, GroupState, JoinResult, Member, SyncResult
-from riverbed.broker.groups.offsets import OffsetStore
+from riverbed.broker.groups.classic.group import (
+    ClassicGroup,
+    GroupState,
+    JoinResult,
+    Member,
+    SyncResult,
+)
+from riverbed.broker.groups.offset_store import OffsetStore
 from riverbed.broker.groups.timers import Timers
 from riverbed.protocol import ErrorCode
 
@@ -125,6 +131,8 @@ class ClassicRebalance:
     def _current_generation(
         self, group: ClassicGroup, member: Member, *, skip_assignment: bool = False
     ) -> JoinResult:
+        """``member``'s JoinGroup answer in the current generation (the leader's carries
+        every member's metadata)."""
         is_leader = member.member_id == group.leader_id
         return JoinResult(
             error_code=E.none,
@@ -231,20 +239,9 @@ class ClassicRebalance:
         if group.leader_id not in group.members:
             group.leader_id = next(iter(group.members))
         group.transition(GroupState.COMPLETING_REBALANCE, now_ms=now)
-        members = self._member_list(group)
         for member in group.members.values():
-            is_leader = member.member_id == group.leader_id
-            result = JoinResult(
-                error_code=E.none,
-                member_id=member.member_id,
-                generation_id=group.generation_id,
-                protocol_type=group.protocol_type,
-                protocol_name=group.protocol_name,
-                leader=group.leader_id,
-                members=members if is_leader else (),
-            )
             member.is_new = False
-            resolve(member.join_waiter, result)
+            resolve(member.join_waiter, self._current_generation(group, member))
             self._heartbeat(group, member)
         generation = group.generation_id
         self._timers.set(

@@ -1,12 +1,13 @@
-"""Group APIs: FindCoordinator (10), JoinGroup (11), Heartbeat (12), LeaveGroup (13),
-SyncGroup (14), DescribeGroups (15), ListGroups (16) and DeleteGroups (42).
+"""The classic group APIs: JoinGroup (11), Heartbeat (12), LeaveGroup (13), SyncGroup (14),
+DescribeGroups (15), ListGroups (16) and DeleteGroups (42).
 
 Thin translations between the wire and :class:`~riverbed.broker.groups.GroupCoordinator`;
 every rule lives there. ListGroups and DeleteGroups cover consumer-protocol (KIP-848) groups
 too; DescribeGroups is the classic protocol's (Kafka 4 answers other groups as Dead, with
-GROUP_ID_NOT_FOUND from v6). Field names differ between versions in a few places (FindCoordinator
-v4 batches its keys, LeaveGroup v3 batches its members), so those handlers fill both shapes
-and the codec keeps the one the negotiated version has.
+GROUP_ID_NOT_FOUND from v6). LeaveGroup v3 batches its members where older versions name
+one, so that handler fills both shapes and the codec keeps the one the negotiated version
+has. FindCoordinator, which groups and transactions share, is
+:mod:`riverbed.broker.handlers.find_coordinator`.
 """
 
 from __future__ import annotations
@@ -19,52 +20,15 @@ from riverbed.broker.state import CLIENT_HOST, BrokerState
 from riverbed.log.errors import LogError
 from riverbed.protocol import ErrorCode, Request, milliseconds
 
-KEY_TYPE_GROUP = 0
-KEY_TYPE_TRANSACTION = 1
-
-
-async def find_coordinator(state: BrokerState, request: Request) -> dict[str, Any]:
-    body = request.body
-    key_type = getattr(body, "key_type", KEY_TYPE_GROUP)
-    keys = list(body.coordinator_keys) if hasattr(body, "coordinator_keys") else [body.key]
-    coordinators = []
-    for key in keys:
-        entry: dict[str, Any] = {
-            "key": key,
-            "node_id": state.config.node_id,
-            "host": state.advertised.host,
-            "port": state.advertised.port,
-            "error_code": ErrorCode.none,
-            "error_message": None,
-        }
-        if key_type == KEY_TYPE_TRANSACTION and not key:
-            entry.update(
-                node_id=-1,
-                host="",
-                port=-1,
-                error_code=ErrorCode.invalid_request,
-                error_message="empty transactional id",
-            )
-        elif key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
-            entry.update(
-                node_id=-1,
-                host="",
-                port=-1,
-                error_code=ErrorCode.invalid_request,
-                error_message=f"unknown key type {key_type}",
-            )
-        coordinators.append(entry)
-    first = coordinators[0] if coordinators else {}
-    return {
-        "throttle_time": 0,
-        "coordinators": coordinators,
-        # v0-3: one key, answered at the top level.
-        "error_code": first.get("error_code", ErrorCode.none),
-        "error_message": first.get("error_message"),
-        "node_id": first.get("node_id", -1),
-        "host": first.get("host", ""),
-        "port": first.get("port", -1),
-    }
+__all__ = [
+    "delete_groups",
+    "describe_groups",
+    "heartbeat",
+    "join_group",
+    "leave_group",
+    "list_groups",
+    "sync_group",
+]
 
 
 async def join_group(state: BrokerState, request: Request) -> dict[str, Any]:
