@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from log_helpers import FakeClock, batch, offsets_in, open_log, read_all
 
 from riverbed.log.batch import TimestampType, iter_batches, validate_batch
 from riverbed.log.config import LogConfig
 from riverbed.log.errors import CorruptRecordError, OffsetOutOfRangeError, RecordTooLargeError
 from riverbed.log.log import Log
 from riverbed.log.records import decode_records
+from tests.log.log_helpers import FakeClock, batch, offsets_in, open_log, read_all
 
 
 def test_append_assigns_dense_offsets_and_read_returns_stored_bytes(tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ import base64
 from pathlib import Path
 
 import pytest
-from log_helpers import FakeClock, batch, offsets_in, read_all
 
 from riverbed.log.batch import TimestampType
 from riverbed.log.config import TOPIC_CONFIGS, LogConfig
@@ -18,6 +17,7 @@ from riverbed.log.errors import (
     UnknownTopicOrPartitionError,
 )
 from riverbed.log.manager import PRODUCER_ID_BLOCK_SIZE, LogManager
+from tests.log.log_helpers import FakeClock, batch, offsets_in, read_all
 
 
 def manager(data_dir: Path) -> LogManager:

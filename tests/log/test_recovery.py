@@ -10,9 +10,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from log_helpers import batch, offsets_in, open_log, read_all
 
 from riverbed.log.batch import iter_batches, validate_batch
+from tests.log.log_helpers import batch, offsets_in, open_log, read_all
 
 SEGMENT = "00000000000000000000"
 

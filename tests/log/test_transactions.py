@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from log_helpers import FakeClock, batch, offsets_in, open_log, overlapping, read_all, txn_state_of
 
 from riverbed.log.batch import TimestampType, validate_batch
 from riverbed.log.config import LogConfig
@@ -18,6 +17,15 @@ from riverbed.log.errors import (
 from riverbed.log.log import AppendResult, Log
 from riverbed.log.records import ABORT, COMMIT, build_control_batch, control_type, decode_records
 from riverbed.log.txn_index import AbortedTxn
+from tests.log.log_helpers import (
+    FakeClock,
+    batch,
+    offsets_in,
+    open_log,
+    overlapping,
+    read_all,
+    txn_state_of,
+)
 
 A, B, C = 100, 200, 300
 
