@@ -35,9 +35,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from riverbed.log.cleaner import CleanerSettings, plan_cleaning
 from riverbed.log.compaction import clean
-from riverbed.log.config import LogConfig
 from riverbed.log.log import Log
-from riverbed.log.records import SimpleRecord, build_batch
+from riverbed.log.record_codec import SimpleRecord, build_batch
+from riverbed.log.topic_config import TopicConfig
 
 SEGMENT_BYTES = 16 * 1024 * 1024
 BATCH_RECORDS = 500
@@ -46,7 +46,7 @@ LOAD = "load"
 
 
 def cleaner_throughput(directory: Path, *, records: int, keys: int) -> None:
-    config = LogConfig(
+    config = TopicConfig(
         segment_bytes=SEGMENT_BYTES, cleanup_policy="compact", min_cleanable_dirty_ratio=0.01
     )
     log = Log.open(directory, config=config, clock=lambda: int(time.time() * 1000))

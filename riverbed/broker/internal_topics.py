@@ -13,7 +13,7 @@ from riverbed.log.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, BatchHeader, i
 from riverbed.log.errors import LogError
 from riverbed.log.log import AppendResult, Log
 from riverbed.log.manager import LogManager
-from riverbed.log.records import SimpleRecord, build_batch
+from riverbed.log.record_codec import SimpleRecord, build_batch
 
 __all__ = [
     "INTERNAL_TOPICS",

@@ -40,7 +40,7 @@ from riverbed.log.cleaner import (
 )
 from riverbed.log.compression import compress, decompress
 from riverbed.log.index import fsync_path
-from riverbed.log.records import ABORT, control_type, read_varint, write_varint
+from riverbed.log.record_codec import ABORT, control_type, read_varint, write_varint
 from riverbed.log.segment import LogSegment
 from riverbed.log.swap import cleaned_path
 from riverbed.log.txn_index import AbortedTxn, TransactionIndex

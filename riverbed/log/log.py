@@ -9,7 +9,7 @@ and the ``recovery-point``, ``log-start-offset`` and ``clean-shutdown`` files
 Shrinking: the log start offset only moves up, by :meth:`Log.delete_records` (DeleteRecords)
 and :meth:`Log.delete_old_segments` (retention, :mod:`riverbed.log.retention`); it is
 persisted before any segment is deleted. Deleted segments' files are renamed ``*.deleted``
-and removed :attr:`LogConfig.file_delete_delay_ms` later by :meth:`Log.delete_expired_files`
+and removed :attr:`TopicConfig.file_delete_delay_ms` later by :meth:`Log.delete_expired_files`
 (a fetch being sent holds its own descriptors, see FileRecords, so this is Kafka's courtesy
 to tools reading the files, not a need). The cleaner replaces segments through
 :meth:`Log.replace_segments` (:mod:`riverbed.log.swap`).
@@ -56,7 +56,6 @@ from riverbed.log.batch import (
     patch_log_append_time,
     validate_batch,
 )
-from riverbed.log.config import LogConfig
 from riverbed.log.errors import InvalidRecordError, OffsetOutOfRangeError, RecordTooLargeError
 from riverbed.log.file_records import FileRecords
 from riverbed.log.index import INT32_MAX, fsync_path, write_atomically
@@ -68,10 +67,11 @@ from riverbed.log.loader import (
     write_recovery_point,
 )
 from riverbed.log.producer_state import CompletedTxn, ProducerStateManager, delete_snapshots
-from riverbed.log.records import ABORT, COMMIT, build_control_batch, decode_records
+from riverbed.log.record_codec import ABORT, COMMIT, build_control_batch, decode_records
 from riverbed.log.retention import deletable_segments
 from riverbed.log.segment import LogSegment, scan_batches
 from riverbed.log.swap import commit_swap, complete_swap, rename_to_deleted
+from riverbed.log.topic_config import TopicConfig
 from riverbed.log.txn_index import AbortedTxn, collect_aborted
 
 SNAPSHOTS_TO_KEEP_BELOW_RECOVERY_POINT = 2
@@ -106,7 +106,7 @@ class Log:
         self,
         directory: Path,
         *,
-        config: LogConfig,
+        config: TopicConfig,
         clock: Callable[[], int],
         segments: list[LogSegment],
         producers: ProducerStateManager,
@@ -132,7 +132,7 @@ class Log:
         self._closed = False
 
     @classmethod
-    def open(cls, directory: Path, *, config: LogConfig, clock: Callable[[], int]) -> Log:
+    def open(cls, directory: Path, *, config: TopicConfig, clock: Callable[[], int]) -> Log:
         """Create the log in ``directory``, or open and (after a crash) recover it."""
         loaded = load_segments(directory, config=config, now_ms=clock())
         marker = directory / CLEAN_SHUTDOWN_FILE

@@ -21,14 +21,14 @@ import os
 from collections.abc import Sequence
 
 from riverbed.log.batch import NO_TIMESTAMP
-from riverbed.log.config import LogConfig
 from riverbed.log.segment import LogSegment
+from riverbed.log.topic_config import TopicConfig
 
 
 def deletable_segments(
     segments: Sequence[LogSegment],
     *,
-    config: LogConfig,
+    config: TopicConfig,
     now_ms: int,
     log_start_offset: int,
     next_bases: Sequence[int],

@@ -23,9 +23,9 @@ from riverbed.broker.groups import (
 from riverbed.broker.groups.consumer_protocol import Heartbeat
 from riverbed.broker.groups.records import java_string_hash, partition_for
 from riverbed.broker.groups.subscription import subscription_topics
-from riverbed.log.config import LogConfig
 from riverbed.log.log import Log
 from riverbed.log.manager import LogManager
+from riverbed.log.topic_config import TopicConfig
 from riverbed.protocol import ErrorCode as E
 
 T = TypeVar("T")
@@ -42,7 +42,7 @@ class Harness:
     def __init__(self, data_dir: Path, *, settings: GroupSettings) -> None:
         self.timers = ManualTimers()
         self.data_dir = data_dir
-        self.logs = LogManager.open(data_dir, defaults=LogConfig(), clock=self.timers.now_ms)
+        self.logs = LogManager.open(data_dir, defaults=TopicConfig(), clock=self.timers.now_ms)
         self.store = self.new_store()
         self.store.load()
         self.coordinator = GroupCoordinator(settings=settings, store=self.store, timers=self.timers)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from riverbed.log.batch import iter_batches
-from riverbed.log.config import LogConfig
 from riverbed.log.log import Log
-from riverbed.log.records import ABORT, SimpleRecord, build_batch, control_type
+from riverbed.log.record_codec import ABORT, SimpleRecord, build_batch, control_type
+from riverbed.log.topic_config import TopicConfig
 from riverbed.log.txn_index import AbortedTxn
 
 
@@ -37,7 +37,7 @@ def batch(
 
 
 def open_log(directory: Path, clock: FakeClock | None = None, **config: int) -> Log:
-    return Log.open(directory, config=LogConfig(**config), clock=clock or FakeClock())
+    return Log.open(directory, config=TopicConfig(**config), clock=clock or FakeClock())
 
 
 def offsets_in(data: bytes) -> list[int]:

@@ -22,7 +22,7 @@ from riverbed.log.batch import (
     validate_batch,
 )
 from riverbed.log.errors import CorruptRecordError
-from riverbed.log.records import (
+from riverbed.log.record_codec import (
     ABORT,
     COMMIT,
     Record,

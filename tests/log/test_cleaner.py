@@ -16,10 +16,10 @@ from riverbed.log import swap
 from riverbed.log.batch import Compression, TimestampType, iter_batches
 from riverbed.log.cleaner import CleanerSettings, install, plan_cleaning
 from riverbed.log.compaction import clean
-from riverbed.log.config import LogConfig
 from riverbed.log.errors import InvalidRecordError
 from riverbed.log.log import Log
-from riverbed.log.records import SimpleRecord, build_batch, decode_records
+from riverbed.log.record_codec import SimpleRecord, build_batch, decode_records
+from riverbed.log.topic_config import TopicConfig
 from tests.log.log_helpers import FakeClock, crash, read_all
 
 Table = dict[bytes, bytes]
@@ -27,14 +27,14 @@ Change = tuple[bytes, bytes | None]
 SETTINGS = CleanerSettings()
 
 
-def _config(**overrides: Any) -> LogConfig:
+def _config(**overrides: Any) -> TopicConfig:
     base: dict[str, Any] = {
         "segment_bytes": 400,
         "cleanup_policy": "compact",
         "min_cleanable_dirty_ratio": 0.01,
         "delete_retention_ms": 1000,
     }
-    return LogConfig(**{**base, **overrides})
+    return TopicConfig(**{**base, **overrides})
 
 
 def _open(directory: Path, clock: FakeClock, **overrides: Any) -> Log:

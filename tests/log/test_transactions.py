@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from riverbed.log.batch import TimestampType, validate_batch
-from riverbed.log.config import LogConfig
 from riverbed.log.errors import (
     InvalidProducerEpochError,
     InvalidRecordError,
@@ -15,7 +14,14 @@ from riverbed.log.errors import (
     OutOfOrderSequenceError,
 )
 from riverbed.log.log import AppendResult, Log
-from riverbed.log.records import ABORT, COMMIT, build_control_batch, control_type, decode_records
+from riverbed.log.record_codec import (
+    ABORT,
+    COMMIT,
+    build_control_batch,
+    control_type,
+    decode_records,
+)
+from riverbed.log.topic_config import TopicConfig
 from riverbed.log.txn_index import AbortedTxn
 from tests.log.log_helpers import (
     FakeClock,
@@ -241,7 +247,7 @@ def test_marker_without_a_transaction_is_written_and_completes_nothing(tmp_path:
 
 
 def test_marker_bytes(tmp_path: Path) -> None:
-    config = LogConfig(message_timestamp_type=TimestampType.LOG_APPEND_TIME)
+    config = TopicConfig(message_timestamp_type=TimestampType.LOG_APPEND_TIME)
     log = Log.open(tmp_path / "t-0", config=config, clock=FakeClock(99))
     Producer(log, A).send()
     log.append_marker(

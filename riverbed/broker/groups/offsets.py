@@ -49,7 +49,7 @@ from riverbed.broker.groups.records import (
 from riverbed.broker.internal_topics import OFFSETS_TOPIC, Flush, InternalTopic
 from riverbed.log.log import Log
 from riverbed.log.manager import LogManager
-from riverbed.log.records import COMMIT, control_type, decode_records
+from riverbed.log.record_codec import COMMIT, control_type, decode_records
 
 __all__ = ["OFFSETS_TOPIC", "OffsetStore", "OffsetValue", "TopicPartition"]
 

@@ -11,8 +11,8 @@ from typing import Any
 from riverbed.broker.errors import error_code_for
 from riverbed.broker.internal_topics import is_internal
 from riverbed.broker.state import BrokerState
-from riverbed.log.config import LogConfig
 from riverbed.log.errors import InvalidPartitionsError, LogError
+from riverbed.log.topic_config import TopicConfig
 from riverbed.protocol import ErrorCode, Request
 
 DEFAULT = -1  # num_partitions / replication_factor: "use the broker's default"
@@ -64,7 +64,7 @@ def _create_one(state: BrokerState, topic: Any, *, validate_only: bool) -> dict[
         if validate_only:
             if topic.name in state.logs.topics():
                 raise _Refused(ErrorCode.topic_already_exists, f"topic {topic.name!r} exists")
-            effective = LogConfig.from_properties(configs, base=state.config.log_defaults)
+            effective = TopicConfig.from_properties(configs, base=state.config.log_defaults)
             topic_id = None
         else:
             created = state.logs.create_topic(topic.name, partitions=partitions, configs=configs)

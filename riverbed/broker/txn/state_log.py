@@ -21,7 +21,7 @@ from riverbed.broker.txn.metadata import (
     encode_value,
 )
 from riverbed.log.manager import LogManager
-from riverbed.log.records import decode_records
+from riverbed.log.record_codec import decode_records
 
 __all__ = ["TxnStateLog"]
 

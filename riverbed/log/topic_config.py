@@ -271,7 +271,7 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = {
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class LogConfig:
+class TopicConfig:
     """The effective configuration of one partition's log. Defaults are Kafka's."""
 
     segment_bytes: int = SEGMENT_BYTES
@@ -297,7 +297,7 @@ class LogConfig:
     unclean_leader_election_enable: bool = False
 
     @classmethod
-    def from_properties(cls, overrides: Mapping[str, str], *, base: LogConfig) -> LogConfig:
+    def from_properties(cls, overrides: Mapping[str, str], *, base: TopicConfig) -> TopicConfig:
         """``base`` with topic-level properties applied; InvalidConfigError for an unknown
         name or a bad value."""
         changes: dict[str, Any] = {}
