@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from riverbed.log.batch import BatchHeader
+from riverbed.log.deleted_files import DELETED_SUFFIX
 from riverbed.log.index import fsync_path, write_atomically
 from riverbed.log.producer_state import (
     ProducerStateManager,
@@ -58,7 +59,7 @@ from riverbed.log.segment import (
     LogSegment,
     scan_batches,
 )
-from riverbed.log.swap import CLEANED_SUFFIX, DELETED_SUFFIX, complete_swap
+from riverbed.log.swap import CLEANED_SUFFIX, complete_swap
 from riverbed.log.topic_config import TopicConfig
 from riverbed.log.txn_index import TXN_INDEX_SUFFIX
 
