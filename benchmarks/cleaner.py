@@ -33,11 +33,15 @@ from broker_throughput import MESSAGE_BYTES, PARTITIONS, machine, produce, start
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from riverbed.log.cleaner import CleanerSettings, plan_cleaning
-from riverbed.log.compaction import clean
-from riverbed.log.log import Log
-from riverbed.log.record_codec import SimpleRecord, build_batch
-from riverbed.log.topic_config import TopicConfig
+from riverbed.log import (
+    CleanerSettings,
+    Log,
+    SimpleRecord,
+    TopicConfig,
+    build_batch,
+    clean,
+    plan_cleaning,
+)
 
 SEGMENT_BYTES = 16 * 1024 * 1024
 BATCH_RECORDS = 500

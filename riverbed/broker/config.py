@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from riverbed.log.errors import InvalidConfigError
-from riverbed.log.topic_config import TOPIC_CONFIGS, TopicConfig
+from riverbed.log import TOPIC_CONFIGS, InvalidConfigError, TopicConfig
 
 __all__ = [
     "BROKER_SETTINGS",

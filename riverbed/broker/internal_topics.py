@@ -9,11 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 
-from riverbed.log.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, BatchHeader, iter_batches
-from riverbed.log.errors import LogError
-from riverbed.log.log import AppendResult, Log
-from riverbed.log.manager import LogManager
-from riverbed.log.record_codec import SimpleRecord, build_batch
+from riverbed.log import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    AppendResult,
+    BatchHeader,
+    Log,
+    LogError,
+    LogManager,
+    SimpleRecord,
+    build_batch,
+    iter_batches,
+)
 
 __all__ = [
     "INTERNAL_TOPICS",

@@ -25,16 +25,16 @@ import pickle
 import sys
 from collections.abc import Callable
 
-from riverbed.log.cleaner import (
+from riverbed.log import (
     CleanerSettings,
     CleaningJob,
     CleaningResult,
+    LogError,
+    LogManager,
+    delete_old_segments,
     install,
     plan_cleaning,
 )
-from riverbed.log.errors import LogError
-from riverbed.log.manager import LogManager
-from riverbed.log.retention import delete_old_segments
 
 __all__ = ["LogMaintenance"]
 

@@ -23,9 +23,7 @@ from riverbed.broker.groups import (
 from riverbed.broker.groups.consumer_protocol import Heartbeat
 from riverbed.broker.groups.records import java_string_hash, partition_for
 from riverbed.broker.groups.subscription import subscription_topics
-from riverbed.log.log import Log
-from riverbed.log.manager import LogManager
-from riverbed.log.topic_config import TopicConfig
+from riverbed.log import Log, LogManager, TopicConfig
 from riverbed.protocol import ErrorCode as E
 
 T = TypeVar("T")

@@ -46,11 +46,16 @@ from kio.schema.txn_offset_commit.v3.request import (
 )
 
 from riverbed.broker import Broker
-from riverbed.log.batch import iter_batches
-from riverbed.log.log import Log
-from riverbed.log.manager import LogManager
-from riverbed.log.record_codec import Record, SimpleRecord, build_batch, decode_records
-from riverbed.log.topic_config import TopicConfig
+from riverbed.log import (
+    Log,
+    LogManager,
+    Record,
+    SimpleRecord,
+    TopicConfig,
+    build_batch,
+    decode_records,
+    iter_batches,
+)
 from tests.broker.wire import WireClient
 from tests.conftest import BrokerProcess, create_topic
 

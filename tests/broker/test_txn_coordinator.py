@@ -16,10 +16,7 @@ import pytest
 from riverbed.broker.groups import ManualTimers
 from riverbed.broker.txn import TransactionCoordinator, TxnSettings, TxnState
 from riverbed.broker.txn.engine import MAX_EPOCH
-from riverbed.log.log import Log
-from riverbed.log.manager import LogManager
-from riverbed.log.record_codec import SimpleRecord, build_batch
-from riverbed.log.topic_config import TopicConfig
+from riverbed.log import Log, LogManager, SimpleRecord, TopicConfig, build_batch
 from riverbed.protocol import ErrorCode as E
 
 T = TypeVar("T")

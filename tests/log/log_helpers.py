@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from riverbed.log.batch import iter_batches
-from riverbed.log.log import Log
-from riverbed.log.record_codec import ABORT, SimpleRecord, build_batch, control_type
-from riverbed.log.topic_config import TopicConfig
-from riverbed.log.txn_index import AbortedTxn
+from riverbed.log import (
+    ABORT,
+    AbortedTxn,
+    Log,
+    SimpleRecord,
+    TopicConfig,
+    build_batch,
+    control_type,
+    iter_batches,
+)
 
 
 class FakeClock:

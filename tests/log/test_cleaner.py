@@ -12,14 +12,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from riverbed.log import swap
-from riverbed.log.batch import Compression, TimestampType, iter_batches
-from riverbed.log.cleaner import CleanerSettings, install, plan_cleaning
-from riverbed.log.compaction import clean
-from riverbed.log.errors import InvalidRecordError
-from riverbed.log.log import Log
-from riverbed.log.record_codec import SimpleRecord, build_batch, decode_records
-from riverbed.log.topic_config import TopicConfig
+from riverbed.log import (
+    CleanerSettings,
+    InvalidRecordError,
+    Log,
+    SimpleRecord,
+    TimestampType,
+    TopicConfig,
+    build_batch,
+    clean,
+    decode_records,
+    install,
+    iter_batches,
+    plan_cleaning,
+    swap,
+)
+from riverbed.log.batch import Compression
 from tests.log.log_helpers import FakeClock, crash, read_all
 
 Table = dict[bytes, bytes]

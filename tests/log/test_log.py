@@ -6,11 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from riverbed.log.batch import TimestampType, iter_batches, validate_batch
-from riverbed.log.errors import CorruptRecordError, OffsetOutOfRangeError, RecordTooLargeError
-from riverbed.log.log import Log
-from riverbed.log.record_codec import decode_records
-from riverbed.log.topic_config import TopicConfig
+from riverbed.log import (
+    CorruptRecordError,
+    Log,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    TimestampType,
+    TopicConfig,
+    decode_records,
+    iter_batches,
+)
+from riverbed.log.batch import validate_batch
 from tests.log.log_helpers import FakeClock, batch, offsets_in, open_log, read_all
 
 

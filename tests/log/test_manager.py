@@ -7,16 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from riverbed.log.batch import TimestampType
-from riverbed.log.errors import (
+from riverbed.log import (
+    TOPIC_CONFIGS,
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidTopicError,
+    LogManager,
+    TimestampType,
+    TopicConfig,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
-from riverbed.log.manager import PRODUCER_ID_BLOCK_SIZE, LogManager
-from riverbed.log.topic_config import TOPIC_CONFIGS, TopicConfig
+from riverbed.log.manager import PRODUCER_ID_BLOCK_SIZE
 from tests.log.log_helpers import FakeClock, batch, offsets_in, read_all
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from riverbed.log.batch import iter_batches
+from riverbed.log import iter_batches
 from tests.log.log_helpers import batch, offsets_in, open_log, read_all
 
 appends = st.lists(

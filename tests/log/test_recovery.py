@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from riverbed.log.batch import iter_batches, validate_batch
+from riverbed.log import iter_batches
+from riverbed.log.batch import validate_batch
 from tests.log.log_helpers import batch, offsets_in, open_log, read_all
 
 SEGMENT = "00000000000000000000"

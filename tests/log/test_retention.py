@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from riverbed.log.errors import OffsetOutOfRangeError
-from riverbed.log.retention import delete_old_segments, delete_records
+from riverbed.log import OffsetOutOfRangeError, delete_old_segments, delete_records
 from tests.log.log_helpers import FakeClock, batch, crash, offsets_in, open_log, read_all
 
 HOUR_MS = 3_600_000

@@ -6,23 +6,23 @@ from pathlib import Path
 
 import pytest
 
-from riverbed.log.batch import TimestampType, validate_batch
-from riverbed.log.errors import (
+from riverbed.log import (
+    ABORT,
+    COMMIT,
+    AbortedTxn,
+    AppendResult,
     InvalidProducerEpochError,
     InvalidRecordError,
     InvalidTxnStateError,
+    Log,
     OutOfOrderSequenceError,
-)
-from riverbed.log.log import AppendResult, Log
-from riverbed.log.record_codec import (
-    ABORT,
-    COMMIT,
-    build_control_batch,
+    TimestampType,
+    TopicConfig,
     control_type,
     decode_records,
 )
-from riverbed.log.topic_config import TopicConfig
-from riverbed.log.txn_index import AbortedTxn
+from riverbed.log.batch import validate_batch
+from riverbed.log.record_codec import build_control_batch
 from tests.log.log_helpers import (
     FakeClock,
     batch,

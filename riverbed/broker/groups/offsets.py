@@ -47,9 +47,7 @@ from riverbed.broker.groups.records import (
     encode_offset_value,
 )
 from riverbed.broker.internal_topics import OFFSETS_TOPIC, Flush, InternalTopic
-from riverbed.log.log import Log
-from riverbed.log.manager import LogManager
-from riverbed.log.record_codec import COMMIT, control_type, decode_records
+from riverbed.log import COMMIT, Log, LogManager, control_type, decode_records
 
 __all__ = ["OFFSETS_TOPIC", "OffsetStore", "OffsetValue", "TopicPartition"]
 

@@ -39,8 +39,13 @@ from riverbed.broker.config import (
 )
 from riverbed.broker.errors import error_code_for
 from riverbed.broker.state import BrokerState
-from riverbed.log.errors import InvalidConfigError, LogError, UnknownTopicOrPartitionError
-from riverbed.log.topic_config import TOPIC_CONFIGS, TopicConfig
+from riverbed.log import (
+    TOPIC_CONFIGS,
+    InvalidConfigError,
+    LogError,
+    TopicConfig,
+    UnknownTopicOrPartitionError,
+)
 from riverbed.protocol import ErrorCode, Request
 
 __all__ = ["CONFIG_TYPES", "alter_configs", "describe_configs", "incremental_alter_configs"]

@@ -15,7 +15,7 @@ from typing import Any
 from riverbed.broker.errors import error_code_for
 from riverbed.broker.groups.offsets import OffsetValue, TopicPartition
 from riverbed.broker.state import BrokerState
-from riverbed.log.errors import LogError
+from riverbed.log import LogError
 from riverbed.protocol import ErrorCode, Request
 
 OFFSET_METADATA_MAX_BYTES = 4096

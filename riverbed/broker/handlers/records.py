@@ -17,8 +17,7 @@ from typing import Any
 from riverbed.broker.errors import error_code_for
 from riverbed.broker.internal_topics import is_internal
 from riverbed.broker.state import BrokerState
-from riverbed.log import retention
-from riverbed.log.errors import LogError
+from riverbed.log import LogError, retention
 from riverbed.protocol import ErrorCode, Request
 
 __all__ = ["delete_records"]

@@ -11,8 +11,7 @@ from typing import Any
 from riverbed.broker.errors import error_code_for
 from riverbed.broker.internal_topics import is_internal
 from riverbed.broker.state import BrokerState
-from riverbed.log.errors import InvalidPartitionsError, LogError
-from riverbed.log.topic_config import TopicConfig
+from riverbed.log import InvalidPartitionsError, LogError, TopicConfig
 from riverbed.protocol import ErrorCode, Request
 
 DEFAULT = -1  # num_partitions / replication_factor: "use the broker's default"

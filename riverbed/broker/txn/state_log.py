@@ -20,8 +20,7 @@ from riverbed.broker.txn.metadata import (
     encode_key,
     encode_value,
 )
-from riverbed.log.manager import LogManager
-from riverbed.log.record_codec import decode_records
+from riverbed.log import LogManager, decode_records
 
 __all__ = ["TxnStateLog"]
 
