@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from riverbed.log import (
@@ -43,6 +44,20 @@ def batch(
 
 def open_log(directory: Path, clock: FakeClock | None = None, **config: int) -> Log:
     return Log.open(directory, config=TopicConfig(**config), clock=clock or FakeClock())
+
+
+def table_of(changes: Iterable[tuple[bytes | None, bytes | None]]) -> dict[bytes, bytes]:
+    """The table a changelog of ``(key, value)`` describes, which compaction must keep: the
+    last value of every key, a tombstone (None) removing it. Every change has a key (a
+    compacted topic refuses records without one)."""
+    table: dict[bytes, bytes] = {}
+    for key, value in changes:
+        assert key is not None
+        if value is None:
+            table.pop(key, None)
+        else:
+            table[key] = value
+    return table
 
 
 def offsets_in(data: bytes) -> list[int]:
