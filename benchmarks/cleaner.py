@@ -33,11 +33,15 @@ from broker_throughput import MESSAGE_BYTES, PARTITIONS, machine, produce, start
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from riverbed.log.cleaner import CleanerSettings, plan_cleaning
-from riverbed.log.compaction import clean
-from riverbed.log.config import LogConfig
-from riverbed.log.log import Log
-from riverbed.log.records import SimpleRecord, build_batch
+from riverbed.log import (
+    CleanerSettings,
+    Log,
+    SimpleRecord,
+    TopicConfig,
+    build_batch,
+    clean,
+    plan_cleaning,
+)
 
 SEGMENT_BYTES = 16 * 1024 * 1024
 BATCH_RECORDS = 500
@@ -46,7 +50,7 @@ LOAD = "load"
 
 
 def cleaner_throughput(directory: Path, *, records: int, keys: int) -> None:
-    config = LogConfig(
+    config = TopicConfig(
         segment_bytes=SEGMENT_BYTES, cleanup_policy="compact", min_cleanable_dirty_ratio=0.01
     )
     log = Log.open(directory, config=config, clock=lambda: int(time.time() * 1000))

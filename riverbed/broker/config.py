@@ -7,7 +7,7 @@ back to the caller (Kafka logs "supplied but isn't a known config" and carries o
 so an existing ``server.properties`` can be reused), bad values raise :class:`ConfigError`.
 
 Log-level settings (``log.segment.bytes``, ``log.retention.ms``, ...) are the broker-wide
-defaults of the topic-level settings in :data:`riverbed.log.config.TOPIC_CONFIGS`; the
+defaults of the topic-level settings in :data:`riverbed.log.topic_config.TOPIC_CONFIGS`; the
 mapping between the two names lives there, so this module only adds the broker's own and
 Kafka's coarser aliases of two of them (:data:`LOG_TIME_ALIASES`): ``log.retention.minutes``
 and ``log.retention.hours`` for ``log.retention.ms``, ``log.roll.hours`` for ``log.roll.ms``.
@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from riverbed.log.config import TOPIC_CONFIGS, LogConfig
-from riverbed.log.errors import InvalidConfigError
+from riverbed.log import TOPIC_CONFIGS, InvalidConfigError, TopicConfig
 
 __all__ = [
     "BROKER_SETTINGS",
@@ -393,7 +392,7 @@ class BrokerConfig:
     transaction_state_log_num_partitions: int = 50  # Kafka default.
     transaction_state_log_segment_bytes: int = 104_857_600  # Kafka default: 100 MiB.
     transactional_id_expiration_ms: int = 604_800_000  # Kafka default: 7 days.
-    log_defaults: LogConfig = field(default_factory=LogConfig)
+    log_defaults: TopicConfig = field(default_factory=TopicConfig)
     static_settings: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """Every recognised setting as the user gave it (file, --set, --listen), by Kafka name:
     what DescribeConfigs reports as STATIC_BROKER_CONFIG."""
@@ -434,8 +433,8 @@ class BrokerConfig:
         if listen is not None:
             values["listen"] = Listener.parse(listen)
             given["listeners"] = listen
-        log_defaults = LogConfig.from_properties(
-            _log_overrides(log_settings, topic_by_broker_name), base=LogConfig()
+        log_defaults = TopicConfig.from_properties(
+            _log_overrides(log_settings, topic_by_broker_name), base=TopicConfig()
         )
         config = cls(
             data_dir=data_dir, log_defaults=log_defaults, static_settings=MappingProxyType(given)

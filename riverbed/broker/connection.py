@@ -27,7 +27,7 @@ from typing import Any
 
 from riverbed.broker.dispatch import HANDLERS
 from riverbed.broker.state import CLIENT_HOST, BrokerState
-from riverbed.log.file_records import FileRecords
+from riverbed.log import FileRecords
 from riverbed.protocol import (
     ApiKey,
     FrameReader,

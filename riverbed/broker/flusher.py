@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from riverbed.log.log import Log
+from riverbed.log import Log
 
 __all__ = ["GroupFlusher"]
 

@@ -11,11 +11,18 @@ import json
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from riverbed.log.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, BatchHeader, iter_batches
-from riverbed.log.errors import LogError
-from riverbed.log.log import AppendResult, Log
-from riverbed.log.manager import LogManager
-from riverbed.log.records import SimpleRecord, build_batch
+from riverbed.log import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    AppendResult,
+    BatchHeader,
+    Log,
+    LogError,
+    LogManager,
+    SimpleRecord,
+    build_batch,
+    iter_batches,
+)
 
 __all__ = [
     "INTERNAL_TOPICS",

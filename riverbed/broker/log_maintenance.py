@@ -2,9 +2,9 @@
 LogCleaner thread).
 
 - Every ``log.retention.check.interval.ms`` each partition log deletes the old segments its
-  config allows (:meth:`Log.delete_old_segments`) and the ``*.deleted`` files whose
-  ``file.delete.delay.ms`` is over. This runs on the event loop: it is a few renames and,
-  when the log start moves, one fsync.
+  config allows (:func:`riverbed.log.retention.delete_old_segments`) and the ``*.deleted``
+  files whose ``file.delete.delay.ms`` is over. This runs on the event loop: it is a few
+  renames and, when the log start moves, one fsync.
 - With ``log.cleaner.enable``, one cleaner: it picks a compacted log that needs cleaning
   (:func:`riverbed.log.cleaner.plan_cleaning`, on the loop), runs the cleaning itself in a
   child process (``python -m riverbed.log.cleaner_process``: the records are decoded in Python, and
@@ -25,15 +25,16 @@ import pickle
 import sys
 from collections.abc import Callable
 
-from riverbed.log.cleaner import (
+from riverbed.log import (
     CleanerSettings,
     CleaningJob,
     CleaningResult,
+    LogError,
+    LogManager,
+    delete_old_segments,
     install,
     plan_cleaning,
 )
-from riverbed.log.errors import LogError
-from riverbed.log.manager import LogManager
 
 __all__ = ["LogMaintenance"]
 
@@ -87,8 +88,8 @@ class LogMaintenance:
         deleted = 0
         for (topic, partition), partition_log in self._logs.partition_logs():
             try:
-                deleted += partition_log.delete_old_segments(now_ms=now_ms)
-                partition_log.delete_expired_files(now_ms=now_ms)
+                deleted += delete_old_segments(partition_log, now_ms=now_ms)
+                partition_log.deleted_files.delete_expired(now_ms=now_ms)
             except (LogError, OSError) as e:
                 log.error("retention of %s-%d failed: %s", topic, partition, e)
         return deleted

@@ -37,9 +37,7 @@ from riverbed.broker.log_maintenance import LogMaintenance
 from riverbed.broker.purgatory import FetchPurgatory
 from riverbed.broker.state import BrokerState
 from riverbed.broker.txn import TransactionCoordinator, TxnSettings, TxnStateLog
-from riverbed.log.cleaner import CleanerSettings
-from riverbed.log.errors import LogError
-from riverbed.log.manager import LogManager
+from riverbed.log import CleanerSettings, LogError, LogManager
 
 __all__ = ["BrokerServer", "DataDirError"]
 

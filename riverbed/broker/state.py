@@ -11,7 +11,7 @@ from riverbed.broker.flusher import GroupFlusher
 from riverbed.broker.groups.coordinator import GroupCoordinator
 from riverbed.broker.purgatory import FetchPurgatory
 from riverbed.broker.txn import TransactionCoordinator
-from riverbed.log.manager import LogManager
+from riverbed.log import LogManager
 
 __all__ = ["CLIENT_HOST", "BrokerState"]
 

@@ -26,7 +26,7 @@ record timestamps are still ``base_timestamp + timestamp_delta``.
 
 The CRC does not cover the first 21 bytes, so the log assigns offsets by overwriting
 ``base_offset`` without recomputing it (Kafka's ``setLastOffset``). Nothing here decodes
-records; see :mod:`riverbed.log.records` for that.
+records; see :mod:`riverbed.log.record_codec` for that.
 """
 
 from __future__ import annotations

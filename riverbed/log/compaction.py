@@ -40,7 +40,7 @@ from riverbed.log.cleaner import (
 )
 from riverbed.log.compression import compress, decompress
 from riverbed.log.index import fsync_path
-from riverbed.log.records import ABORT, control_type, read_varint, write_varint
+from riverbed.log.record_codec import ABORT, control_type, read_varint, write_varint
 from riverbed.log.segment import LogSegment
 from riverbed.log.swap import cleaned_path
 from riverbed.log.txn_index import AbortedTxn, TransactionIndex
@@ -259,23 +259,16 @@ class _TxnState:
         return not kept
 
 
+@dataclass(slots=True, kw_only=True)
 class _Writer:
     """Writes cleaned groups of segments (step 2's second half)."""
 
-    def __init__(
-        self,
-        *,
-        job: CleaningJob,
-        offset_map: dict[bytes, int],
-        state: _TxnState,
-        throttle: _Throttle,
-    ) -> None:
-        self.job = job
-        self.offset_map = offset_map
-        self.state = state
-        self.throttle = throttle
-        self.stats = CleanerStats()
-        self.next_horizon_ms: int | None = None
+    job: CleaningJob
+    offset_map: dict[bytes, int]
+    state: _TxnState
+    throttle: _Throttle
+    stats: CleanerStats = field(default_factory=CleanerStats)
+    next_horizon_ms: int | None = None
 
     def write_group(self, directory: Path, group: list[SourceSegment]) -> CleanedGroup:
         base = group[0].base_offset

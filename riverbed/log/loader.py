@@ -44,14 +44,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from riverbed.log.batch import BatchHeader
-from riverbed.log.config import LogConfig
+from riverbed.log.deleted_files import DELETED_SUFFIX
 from riverbed.log.index import fsync_path, write_atomically
 from riverbed.log.producer_state import (
     ProducerStateManager,
     delete_snapshots,
     load_latest_snapshot,
 )
-from riverbed.log.records import ABORT, control_type
+from riverbed.log.record_codec import ABORT, control_type
 from riverbed.log.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -59,7 +59,8 @@ from riverbed.log.segment import (
     LogSegment,
     scan_batches,
 )
-from riverbed.log.swap import CLEANED_SUFFIX, DELETED_SUFFIX, complete_swap
+from riverbed.log.swap import CLEANED_SUFFIX, complete_swap
+from riverbed.log.topic_config import TopicConfig
 from riverbed.log.txn_index import TXN_INDEX_SUFFIX
 
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
@@ -119,7 +120,7 @@ def _list_bases(directory: Path) -> list[int]:
     return sorted(bases)
 
 
-def load_segments(directory: Path, *, config: LogConfig, now_ms: int) -> LoadedLog:
+def load_segments(directory: Path, *, config: TopicConfig, now_ms: int) -> LoadedLog:
     """Open or create the log in ``directory`` (see the module docstring)."""
     directory.mkdir(parents=True, exist_ok=True)
     complete_swap(directory)
@@ -153,7 +154,7 @@ def load_segments(directory: Path, *, config: LogConfig, now_ms: int) -> LoadedL
 
 
 def _load_clean(
-    directory: Path, segments: list[LogSegment], *, config: LogConfig
+    directory: Path, segments: list[LogSegment], *, config: TopicConfig
 ) -> LoadedLog | None:
     active = segments[-1]
     if not active.load_active_tail(index_interval_bytes=config.index_interval_bytes):
@@ -173,7 +174,7 @@ def _load_clean(
     )
 
 
-def _recover(directory: Path, segments: list[LogSegment], *, config: LogConfig) -> LoadedLog:
+def _recover(directory: Path, segments: list[LogSegment], *, config: TopicConfig) -> LoadedLog:
     bases = [s.base_offset for s in segments]
     checkpoint = read_offset_file(directory / RECOVERY_POINT_FILE)
     first = 0 if checkpoint is None else max(bisect.bisect_right(bases, checkpoint) - 1, 0)

@@ -6,13 +6,11 @@ On disk, ``DATA_DIR/TOPIC-PARTITION/``: ``<base offset:020d>.log`` / ``.index`` 
 and the ``recovery-point``, ``log-start-offset`` and ``clean-shutdown`` files
 (:mod:`riverbed.log.loader`).
 
-Shrinking: the log start offset only moves up, by :meth:`Log.delete_records` (DeleteRecords)
-and :meth:`Log.delete_old_segments` (retention, :mod:`riverbed.log.retention`); it is
-persisted before any segment is deleted. Deleted segments' files are renamed ``*.deleted``
-and removed :attr:`LogConfig.file_delete_delay_ms` later by :meth:`Log.delete_expired_files`
-(a fetch being sent holds its own descriptors, see FileRecords, so this is Kafka's courtesy
-to tools reading the files, not a need). The cleaner replaces segments through
-:meth:`Log.replace_segments` (:mod:`riverbed.log.swap`).
+Removing data is decided elsewhere and done here, under the lock: retention and DeleteRecords
+(:mod:`riverbed.log.retention`) move the log start offset up with :meth:`Log.advance_log_start`,
+which persists it before any segment is deleted; the cleaner replaces segments through
+:meth:`Log.replace_segments` (:mod:`riverbed.log.swap`). The files of removed segments wait
+in :attr:`Log.deleted_files` (:mod:`riverbed.log.deleted_files`).
 
 Transactions: :meth:`Log.append_marker` completes them (an abort is also indexed, see
 :mod:`riverbed.log.txn_index`); read_committed fetches read below
@@ -56,26 +54,24 @@ from riverbed.log.batch import (
     patch_log_append_time,
     validate_batch,
 )
-from riverbed.log.config import LogConfig
+from riverbed.log.deleted_files import DeletedFiles, rename_to_deleted
 from riverbed.log.errors import InvalidRecordError, OffsetOutOfRangeError, RecordTooLargeError
 from riverbed.log.file_records import FileRecords
 from riverbed.log.index import INT32_MAX, fsync_path, write_atomically
 from riverbed.log.loader import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_FILE,
+    LoadedLog,
     load_segments,
     write_offset_file,
     write_recovery_point,
 )
-from riverbed.log.producer_state import CompletedTxn, ProducerStateManager, delete_snapshots
-from riverbed.log.records import ABORT, COMMIT, build_control_batch, decode_records
-from riverbed.log.retention import deletable_segments
+from riverbed.log.producer_state import CompletedTxn, trim_snapshots
+from riverbed.log.record_codec import ABORT, COMMIT, build_control_batch, decode_records
 from riverbed.log.segment import LogSegment, scan_batches
-from riverbed.log.swap import commit_swap, complete_swap, rename_to_deleted
+from riverbed.log.swap import commit_swap, complete_swap
+from riverbed.log.topic_config import TopicConfig
 from riverbed.log.txn_index import AbortedTxn, collect_aborted
-
-SNAPSHOTS_TO_KEEP_BELOW_RECOVERY_POINT = 2
-"""Kafka keeps a couple of old producer snapshots; one below the recovery point suffices."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,53 +99,37 @@ class Log:
     """A partition's log (on-disk layout and crash behaviour in the module docstring)."""
 
     def __init__(
-        self,
-        directory: Path,
-        *,
-        config: LogConfig,
-        clock: Callable[[], int],
-        segments: list[LogSegment],
-        producers: ProducerStateManager,
-        recovery_point: int,
-        log_start_offset: int,
+        self, directory: Path, *, config: TopicConfig, clock: Callable[[], int], loaded: LoadedLog
     ) -> None:
+        """A log over what :func:`~riverbed.log.loader.load_segments` found; use :meth:`open`."""
         self.directory = directory
         self.config = config
         self._clock = clock
-        self._segments = segments
-        self._bases = [s.base_offset for s in segments]
-        self._producers = producers
-        active = segments[-1]
+        self._segments = loaded.segments
+        self._bases = [s.base_offset for s in loaded.segments]
+        self._producers = loaded.producers
+        active = loaded.segments[-1]
         assert active.next_offset is not None
         self._log_end_offset = active.next_offset
-        self._flushed_offset = active.base_offset
-        self._recovery_point = recovery_point
-        self._log_start_offset = log_start_offset
-        self._doomed: list[tuple[int, list[Path]]] = []  # (delete at ms, *.deleted files)
+        self._flushed_offset = self._log_end_offset  # everything found on disk was fsynced
+        self._recovery_point = loaded.recovery_point
+        self._log_start_offset = loaded.log_start_offset
+        self.deleted_files = DeletedFiles()
+        """Files of removed segments waiting for file.delete.delay.ms."""
         self._rolled: list[_RolledSegment] = []
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._closed = False
 
     @classmethod
-    def open(cls, directory: Path, *, config: LogConfig, clock: Callable[[], int]) -> Log:
+    def open(cls, directory: Path, *, config: TopicConfig, clock: Callable[[], int]) -> Log:
         """Create the log in ``directory``, or open and (after a crash) recover it."""
         loaded = load_segments(directory, config=config, now_ms=clock())
         marker = directory / CLEAN_SHUTDOWN_FILE
         if marker.exists():
             marker.unlink()
             fsync_path(directory)
-        log = cls(
-            directory,
-            config=config,
-            clock=clock,
-            segments=loaded.segments,
-            producers=loaded.producers,
-            recovery_point=loaded.recovery_point,
-            log_start_offset=loaded.log_start_offset,
-        )
-        log._flushed_offset = log._log_end_offset  # everything found on disk was fsynced
-        return log
+        return cls(directory, config=config, clock=clock, loaded=loaded)
 
     # --- offsets ----------------------------------------------------------------------------
 
@@ -440,78 +420,24 @@ class Log:
                 return record.offset, record.timestamp
         return None
 
-    # --- shrinking --------------------------------------------------------------------------
+    # --- removing segments (what and when: riverbed.log.retention, riverbed.log.cleaner) ---
 
-    def delete_records(self, offset: int) -> int:
-        """Kafka's DeleteRecords: move the log start offset up to ``offset`` (-1: the high
-        watermark), durably, and delete the segments wholly below it; the new log start
-        offset. OffsetOutOfRangeError past the high watermark (or below -1)."""
-        if offset == -1:
-            offset = self.high_watermark
-        if not 0 <= offset <= self.high_watermark:
-            raise OffsetOutOfRangeError(
-                f"cannot delete records before {offset}: the high watermark is "
-                f"{self.high_watermark}"
-            )
-        if offset > self._log_start_offset:
-            self._advance_log_start(offset)
-            below = zip(self._segments[:-1], self._bases[1:], strict=True)
-            doomed = [segment for segment, end in below if end <= offset]
-            self._remove_segments(doomed)
-        return self._log_start_offset
+    def advance_log_start(self, offset: int) -> None:
+        """Make ``offset`` the log start offset, durably, then take the segments wholly below
+        it out of the log (never the active one) and rename their files ``*.deleted``.
 
-    def delete_old_segments(self, *, now_ms: int) -> int:
-        """Retention (Kafka's deleteOldSegments): delete the oldest segments that are wholly
-        below the log start offset or, with cleanup.policy delete, older than retention.ms
-        or beyond retention.bytes; how many were deleted. Deleting the active segment rolls
-        first, so the log is never without one."""
-        count = deletable_segments(
-            self._segments,
-            config=self.config,
-            now_ms=now_ms,
-            log_start_offset=self._log_start_offset,
-            next_bases=[*self._bases[1:], self._log_end_offset],
-        )
-        if count == len(self._segments):
-            if self._segments[-1].size == 0:
-                count -= 1  # an empty active segment is never deletable (Kafka's rule)
-            else:
-                self.roll(now_ms=now_ms)
-        if count == 0:
-            return 0
-        doomed = self._segments[:count]
-        self._advance_log_start(self._bases[count])
-        self._remove_segments(doomed)
-        return count
-
-    def _advance_log_start(self, offset: int) -> None:
+        Its callers, retention and DeleteRecords (:mod:`riverbed.log.retention`), never move
+        the start down; the file is written first, so a crash leaves it for the loader."""
         write_offset_file(self.directory / LOG_START_OFFSET_FILE, offset)
         self._log_start_offset = offset
-
-    def _remove_segments(self, doomed: list[LogSegment]) -> None:
-        """Take ``doomed`` out of the log and rename their files to ``*.deleted``."""
+        below = zip(self._segments[:-1], self._bases[1:], strict=True)
+        doomed = [segment for segment, end in below if end <= offset]  # the oldest ones
         if not doomed:
             return
-        gone = {id(segment) for segment in doomed}
-        with self._lock:
-            self._segments = [s for s in self._segments if id(s) not in gone]
-            self._bases = [s.base_offset for s in self._segments]
+        self._splice(0, len(doomed), [])
         for segment in doomed:
             segment.close()  # in-flight fetches hold their own descriptors
-        self._schedule_deletion(rename_to_deleted(p for s in doomed for p in s.paths))
-
-    def _schedule_deletion(self, paths: list[Path]) -> None:
-        if paths:
-            self._doomed.append((self._clock() + self.config.file_delete_delay_ms, paths))
-            self.delete_expired_files(now_ms=self._clock())
-
-    def delete_expired_files(self, *, now_ms: int) -> None:
-        """Remove the ``*.deleted`` files whose file.delete.delay.ms is over."""
-        due = [paths for at_ms, paths in self._doomed if at_ms <= now_ms]
-        self._doomed = [(at_ms, paths) for at_ms, paths in self._doomed if at_ms > now_ms]
-        for paths in due:
-            for path in paths:
-                path.unlink(missing_ok=True)
+        self._delete_later(rename_to_deleted(p for s in doomed for p in s.paths))
 
     def replace_segments(self, old: list[LogSegment], *, txn_index: bool) -> bool:
         """Swap in the cleaned segment the cleaner wrote beside ``old`` (consecutive, not
@@ -534,12 +460,22 @@ class Log:
         )
         for segment in old:
             segment.close()  # in-flight fetches hold their own descriptors
-        self._schedule_deletion(complete_swap(self.directory))
+        self._delete_later(complete_swap(self.directory))
         cleaned = LogSegment(self.directory, base_offset=base, created_ms=old[0].created_ms)
-        with self._lock:
-            self._segments[first : first + len(old)] = [cleaned]
-            self._bases = [s.base_offset for s in self._segments]
+        self._splice(first, len(old), [cleaned])
         return True
+
+    def _splice(self, first: int, count: int, replacement: list[LogSegment]) -> None:
+        """Put ``replacement`` in place of ``count`` segments from index ``first`` (never the
+        active one), under the lock: flush reads the list from its thread."""
+        with self._lock:
+            self._segments[first : first + count] = replacement
+            self._bases = [s.base_offset for s in self._segments]
+
+    def _delete_later(self, paths: list[Path]) -> None:
+        """Hand ``paths`` (already renamed ``*.deleted``) to :attr:`deleted_files`."""
+        now_ms = self._clock()
+        self.deleted_files.add(paths, now_ms=now_ms, delay_ms=self.config.file_delete_delay_ms)
 
     # --- durability -------------------------------------------------------------------------
 
@@ -573,18 +509,8 @@ class Log:
                     os.close(segment.fd)
             self._flushed_offset = max(self._flushed_offset, end)
             if rolled:
-                self._trim_snapshots()
+                trim_snapshots(self.directory, recovery_point=self._recovery_point)
             return self._flushed_offset
-
-    def _trim_snapshots(self) -> None:
-        below = sorted(
-            int(p.name.split(".")[0])
-            for p in self.directory.glob("*.snapshot")
-            if p.name.split(".")[0].isdigit() and int(p.name.split(".")[0]) <= self._recovery_point
-        )
-        if len(below) > SNAPSHOTS_TO_KEEP_BELOW_RECOVERY_POINT:
-            cut = below[-SNAPSHOTS_TO_KEEP_BELOW_RECOVERY_POINT]
-            delete_snapshots(self.directory, below=cut)
 
     def close(self) -> None:
         """Flush, persist indexes + a producer snapshot, then mark the shutdown clean."""
@@ -599,7 +525,7 @@ class Log:
         active.txn_index.fsync()
         write_recovery_point(self.directory, active.base_offset)
         write_atomically(self.directory / CLEAN_SHUTDOWN_FILE, b"")
-        self.delete_expired_files(now_ms=2**63 - 1)
+        self.deleted_files.delete_expired(now_ms=2**63 - 1)
         with self._lock:
             self._closed = True
             for segment in self._segments:

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from riverbed.log.config import LogConfig
 from riverbed.log.errors import (
     InvalidPartitionsError,
     InvalidTopicError,
@@ -39,6 +38,7 @@ from riverbed.log.errors import (
 )
 from riverbed.log.index import fsync_path, write_atomically
 from riverbed.log.log import Log
+from riverbed.log.topic_config import TopicConfig
 
 TOPICS_FILE = "topics.json"
 PRODUCER_ID_FILE = "producer-id-block"
@@ -75,7 +75,7 @@ class LogManager:
 
     Not thread-safe except :meth:`flush_all` (each Log's flush is)."""
 
-    def __init__(self, data_dir: Path, *, defaults: LogConfig, clock: Callable[[], int]) -> None:
+    def __init__(self, data_dir: Path, *, defaults: TopicConfig, clock: Callable[[], int]) -> None:
         self.data_dir = data_dir
         self.defaults = defaults
         self._clock = clock
@@ -85,7 +85,7 @@ class LogManager:
         self._reserved_until = 0
 
     @classmethod
-    def open(cls, data_dir: Path, *, defaults: LogConfig, clock: Callable[[], int]) -> LogManager:
+    def open(cls, data_dir: Path, *, defaults: TopicConfig, clock: Callable[[], int]) -> LogManager:
         data_dir.mkdir(parents=True, exist_ok=True)
         manager = cls(data_dir, defaults=defaults, clock=clock)
         for path in data_dir.iterdir():
@@ -111,10 +111,10 @@ class LogManager:
     def topics(self) -> Mapping[str, TopicMetadata]:
         return MappingProxyType(self._topics)
 
-    def topic_config(self, name: str) -> LogConfig:
+    def topic_config(self, name: str) -> TopicConfig:
         """The effective config of a topic (broker defaults + its overrides)."""
         metadata = self._topic(name)
-        return LogConfig.from_properties(metadata.configs, base=self.defaults)
+        return TopicConfig.from_properties(metadata.configs, base=self.defaults)
 
     def create_topic(
         self, name: str, *, partitions: int, configs: Mapping[str, str] = MappingProxyType({})
@@ -127,7 +127,7 @@ class LogManager:
             raise InvalidTopicError(f"topic {name!r} collides with {collides[0]!r} ('.' vs '_')")
         if partitions < 1:
             raise InvalidPartitionsError(f"partitions must be at least 1, not {partitions}")
-        LogConfig.from_properties(configs, base=self.defaults)  # InvalidConfigError
+        TopicConfig.from_properties(configs, base=self.defaults)  # InvalidConfigError
         metadata = TopicMetadata(
             name=name,
             topic_id=uuid.uuid4(),
@@ -174,7 +174,7 @@ class LogManager:
     def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> TopicMetadata:
         """Replace a topic's overrides; the partitions' logs take the new config at once."""
         metadata = self._topic(name)
-        effective = LogConfig.from_properties(configs, base=self.defaults)
+        effective = TopicConfig.from_properties(configs, base=self.defaults)
         altered = TopicMetadata(
             name=name,
             topic_id=metadata.topic_id,
@@ -207,7 +207,7 @@ class LogManager:
     def _open_log(self, metadata: TopicMetadata, partition: int) -> None:
         directory = self.data_dir / f"{metadata.name}-{partition}"
         fresh = not directory.exists()
-        config = LogConfig.from_properties(metadata.configs, base=self.defaults)
+        config = TopicConfig.from_properties(metadata.configs, base=self.defaults)
         log = Log.open(directory, config=config, clock=self._clock)
         metadata_path = directory / PARTITION_METADATA_FILE
         if fresh or not metadata_path.exists():

@@ -66,6 +66,8 @@ from riverbed.log.txn_index import AbortedTxn
 NUM_BATCHES_TO_RETAIN = 5
 """Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN (clients keep at most 5 in flight)."""
 SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOTS_TO_KEEP_BELOW_RECOVERY_POINT = 2
+"""Kafka keeps a couple of old producer snapshots; one below the recovery point suffices."""
 _MAGIC = b"RBPS"
 _VERSION = 2
 _PREFIX = struct.Struct(">4shI")
@@ -351,3 +353,12 @@ def delete_snapshots(
     for offset in list_snapshots(directory):
         if (above is not None and offset > above) or (below is not None and offset < below):
             snapshot_path(directory, offset).unlink(missing_ok=True)
+
+
+def trim_snapshots(directory: Path, *, recovery_point: int) -> None:
+    """Remove the snapshots older than the newest
+    :data:`SNAPSHOTS_TO_KEEP_BELOW_RECOVERY_POINT` at or below ``recovery_point`` (the log
+    calls this whenever its recovery point moves)."""
+    below = [offset for offset in list_snapshots(directory) if offset <= recovery_point]
+    if len(below) > SNAPSHOTS_TO_KEEP_BELOW_RECOVERY_POINT:
+        delete_snapshots(directory, below=below[-SNAPSHOTS_TO_KEEP_BELOW_RECOVERY_POINT])

@@ -163,17 +163,18 @@ class LogSegment:
 
     @property
     def offset_index(self) -> OffsetIndex:
-        if self._offset_index is None:
-            self._load_indexes()
-        assert self._offset_index is not None
-        return self._offset_index
+        return self._indexes()[0]
 
     @property
     def time_index(self) -> TimeIndex:
-        if self._time_index is None:
+        return self._indexes()[1]
+
+    def _indexes(self) -> tuple[OffsetIndex, TimeIndex]:
+        """Both indexes, loaded on first use (they are always set together)."""
+        if self._offset_index is None or self._time_index is None:
             self._load_indexes()
-        assert self._time_index is not None
-        return self._time_index
+        assert self._offset_index is not None and self._time_index is not None
+        return self._offset_index, self._time_index
 
     def _load_indexes(self) -> None:
         offsets = OffsetIndex.load(

@@ -10,7 +10,7 @@ segment whose base offset is the first one's. Files, in the partition directory:
 2. ``cleaner-swap``, written atomically (tmp + fsync + rename): ``{"version": 0, "base": B,
    "replaces": [B, ...], "txn_index": bool}``. Its rename is the commit point.
 3. :func:`complete_swap`: the files of every replaced segment but the first are renamed to
-   ``*.deleted`` (removed later, after ``file.delete.delay.ms``); each ``<B>.*.cleaned``
+   ``*.deleted`` (removed later, :mod:`riverbed.log.deleted_files`); each ``<B>.*.cleaned``
    replaces ``<B>.*`` (``os.replace``; the old txn index is removed when the new segment has
    none); the directory is fsynced; ``cleaner-swap`` is removed.
 
@@ -25,15 +25,15 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
+from riverbed.log.deleted_files import rename_to_deleted
 from riverbed.log.errors import StorageError
 from riverbed.log.index import fsync_path, write_atomically
 
 SWAP_FILE = "cleaner-swap"
 CLEANED_SUFFIX = ".cleaned"
-DELETED_SUFFIX = ".deleted"
 _EXTENSIONS = (".index", ".timeindex", ".txnindex", ".log")  # .log last: nothing depends on it
 
 
@@ -90,19 +90,6 @@ def complete_swap(directory: Path) -> list[Path]:
     manifest.unlink()
     fsync_path(directory)
     return deleted
-
-
-def rename_to_deleted(paths: Iterable[Path]) -> list[Path]:
-    """Rename each existing file to ``<name>.deleted``; the new names."""
-    renamed = []
-    for path in paths:
-        target = path.with_name(path.name + DELETED_SUFFIX)
-        try:
-            os.rename(path, target)
-        except FileNotFoundError:
-            continue
-        renamed.append(target)
-    return renamed
 
 
 def discard_cleaned(directory: Path, base_offset: int) -> None:

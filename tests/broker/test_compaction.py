@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from riverbed.broker import Broker
 from tests.broker.conftest import running_broker
 from tests.conftest import BrokerProcess, start_broker_process
+from tests.log.log_helpers import table_of
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -89,14 +90,7 @@ async def _read_with_aiokafka(bootstrap: str, topic: str, count: int) -> list[Re
 
 
 def _table(records: list[Record]) -> dict[bytes, bytes]:
-    table: dict[bytes, bytes] = {}
-    for _, key, value in records:
-        assert key is not None
-        if value is None:
-            table.pop(key, None)
-        else:
-            table[key] = value
-    return table
+    return table_of((key, value) for _, key, value in records)
 
 
 def _wait_for(what: str, check: Callable[[], bool], timeout_s: float = 60) -> None:
@@ -244,7 +238,7 @@ def test_kill_9_while_the_cleaner_runs_loses_nothing(tmp_path: Path) -> None:
         min_cleanable_dirty_ratio="0.01",
         delete_retention_ms="500",
     )
-    model: dict[bytes, bytes] = {}
+    written: list[tuple[bytes, bytes | None]] = []
     rng = random.Random(5)
     kills = 0
     try:
@@ -254,16 +248,13 @@ def test_kill_9_while_the_cleaner_runs_loses_nothing(tmp_path: Path) -> None:
                 key = b"acct-%d" % rng.randrange(60)
                 value = None if rng.random() < 0.2 else b"balance-%d-%d" % (round_number, i)
                 producer.produce(topic, key=key, value=value)
-                if value is None:
-                    model.pop(key, None)
-                else:
-                    model[key] = value
+                written.append((key, value))
             assert producer.flush(30) == 0
             time.sleep(rng.uniform(0.05, 0.6))  # the cleaner is at some step by now
             broker.kill()
             kills += 1
             broker = start_broker_process(data_dir, extra_args=FAST_MAINTENANCE)
-            assert _table(_read(broker.bootstrap, topic)) == model
+            assert _table(_read(broker.bootstrap, topic)) == table_of(written)
         assert "cleaned accounts-0" in _all_logs(tmp_path)
     finally:
         broker.kill()

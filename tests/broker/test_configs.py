@@ -20,7 +20,7 @@ from confluent_kafka.admin import (
 )
 
 from riverbed.broker import Broker
-from riverbed.log.config import MAX_MESSAGE_BYTES
+from riverbed.log.topic_config import MAX_MESSAGE_BYTES
 
 BROKER_SETTINGS = {"log.retention.hours": "24", "log.segment.bytes": "2097152"}
 

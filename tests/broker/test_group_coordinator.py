@@ -28,9 +28,7 @@ from riverbed.broker.internal_topics import (
     java_string_hash,
     partition_for,
 )
-from riverbed.log.config import LogConfig
-from riverbed.log.log import Log
-from riverbed.log.manager import LogManager
+from riverbed.log import Log, LogManager, TopicConfig
 from riverbed.protocol import ErrorCode as E
 
 T = TypeVar("T")
@@ -47,7 +45,7 @@ class Harness:
     def __init__(self, data_dir: Path, *, settings: GroupSettings) -> None:
         self.timers = ManualTimers()
         self.data_dir = data_dir
-        self.logs = LogManager.open(data_dir, defaults=LogConfig(), clock=self.timers.now_ms)
+        self.logs = LogManager.open(data_dir, defaults=TopicConfig(), clock=self.timers.now_ms)
         self.store = self.new_store()
         self.store.load()
         self.coordinator = GroupCoordinator(settings=settings, store=self.store, timers=self.timers)

@@ -19,7 +19,7 @@ from kio.schema.offset_commit.v8.request import (
 )
 from kio.schema.sync_group.v3.request import SyncGroupRequest, SyncGroupRequestAssignment
 
-from riverbed.log.records import SimpleRecord, build_batch
+from riverbed.log import SimpleRecord, build_batch
 from tests.broker.test_wire import produce_request
 from tests.broker.wire import WireClient
 from tests.conftest import BrokerProcess, create_topic

@@ -48,11 +48,16 @@ from kio.schema.txn_offset_commit.v3.request import (
 )
 
 from riverbed.broker import Broker
-from riverbed.log.batch import iter_batches
-from riverbed.log.config import LogConfig
-from riverbed.log.log import Log
-from riverbed.log.manager import LogManager
-from riverbed.log.records import Record, SimpleRecord, build_batch, decode_records
+from riverbed.log import (
+    Log,
+    LogManager,
+    Record,
+    SimpleRecord,
+    TopicConfig,
+    build_batch,
+    decode_records,
+    iter_batches,
+)
 from tests.broker.wire import WireClient
 from tests.conftest import BrokerProcess, create_topic
 
@@ -461,7 +466,7 @@ def test_a_commit_decided_before_a_failure_is_finished_at_the_next_start(
 def _append_offline(data_dir: Path, pid: int, epoch: int, seq: int, value: bytes) -> None:
     """Write transactional data straight into t-0 while no broker runs: what a partition
     holds when the state-log record that added it to a transaction was lost."""
-    logs = LogManager.open(data_dir, defaults=LogConfig(), clock=lambda: 1_767_225_600_000)
+    logs = LogManager.open(data_dir, defaults=TopicConfig(), clock=lambda: 1_767_225_600_000)
     try:
         batch = build_batch(
             [SimpleRecord(value=value, timestamp_ms=1_767_225_600_000)],

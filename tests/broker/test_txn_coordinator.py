@@ -17,10 +17,7 @@ from riverbed.broker.groups import ManualTimers
 from riverbed.broker.internal_topics import TRANSACTION_STATE_TOPIC, InternalTopic
 from riverbed.broker.txn import TransactionCoordinator, TxnSettings, TxnState, TxnStateLog
 from riverbed.broker.txn.engine import MAX_EPOCH
-from riverbed.log.config import LogConfig
-from riverbed.log.log import Log
-from riverbed.log.manager import LogManager
-from riverbed.log.records import SimpleRecord, build_batch
+from riverbed.log import Log, LogManager, SimpleRecord, TopicConfig, build_batch
 from riverbed.protocol import ErrorCode as E
 
 T = TypeVar("T")
@@ -40,7 +37,7 @@ async def _flush(logs: Iterable[Log]) -> None:
 class Fixture:
     def __init__(self, directory: Path, *, start_ms: int = START_MS, **settings: int) -> None:
         self.timers = ManualTimers(start_ms=start_ms)
-        self.logs = LogManager.open(directory, defaults=LogConfig(), clock=self.timers.now_ms)
+        self.logs = LogManager.open(directory, defaults=TopicConfig(), clock=self.timers.now_ms)
         if "t" not in self.logs.topics():
             self.logs.create_topic("t", partitions=2)
         self.markers: list[tuple[str, int, int, bool]] = []

@@ -16,7 +16,7 @@ from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopi
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
 from riverbed.broker import Broker
-from riverbed.log.records import SimpleRecord, build_batch, decode_records
+from riverbed.log import SimpleRecord, build_batch, decode_records
 from tests.broker.wire import WireClient
 from tests.conftest import create_topic
 

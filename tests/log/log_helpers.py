@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
-from riverbed.log.batch import iter_batches
-from riverbed.log.config import LogConfig
-from riverbed.log.log import Log
-from riverbed.log.records import ABORT, SimpleRecord, build_batch, control_type
-from riverbed.log.txn_index import AbortedTxn
+from riverbed.log import (
+    ABORT,
+    AbortedTxn,
+    Log,
+    SimpleRecord,
+    TopicConfig,
+    build_batch,
+    control_type,
+    iter_batches,
+)
 
 
 class FakeClock:
@@ -37,7 +43,21 @@ def batch(
 
 
 def open_log(directory: Path, clock: FakeClock | None = None, **config: int) -> Log:
-    return Log.open(directory, config=LogConfig(**config), clock=clock or FakeClock())
+    return Log.open(directory, config=TopicConfig(**config), clock=clock or FakeClock())
+
+
+def table_of(changes: Iterable[tuple[bytes | None, bytes | None]]) -> dict[bytes, bytes]:
+    """The table a changelog of ``(key, value)`` describes, which compaction must keep: the
+    last value of every key, a tombstone (None) removing it. Every change has a key (a
+    compacted topic refuses records without one)."""
+    table: dict[bytes, bytes] = {}
+    for key, value in changes:
+        assert key is not None
+        if value is None:
+            table.pop(key, None)
+        else:
+            table[key] = value
+    return table
 
 
 def offsets_in(data: bytes) -> list[int]:

@@ -10,28 +10,28 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from riverbed.log import (
+    ABORT,
+    COMMIT,
+    CorruptRecordError,
+    Record,
+    SimpleRecord,
+    TimestampType,
+    build_batch,
+    control_type,
+    decode_records,
+    iter_batches,
+    parse_header,
+)
 from riverbed.log.batch import (
     HEADER_SIZE,
     Compression,
-    TimestampType,
     increment_sequence,
-    iter_batches,
-    parse_header,
     patch_base_offset,
     patch_log_append_time,
     validate_batch,
 )
-from riverbed.log.errors import CorruptRecordError
-from riverbed.log.records import (
-    ABORT,
-    COMMIT,
-    Record,
-    SimpleRecord,
-    build_batch,
-    build_control_batch,
-    control_type,
-    decode_records,
-)
+from riverbed.log.record_codec import build_control_batch
 
 optional_bytes = st.none() | st.binary(max_size=200)
 simple_records = st.lists(

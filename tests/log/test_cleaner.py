@@ -12,29 +12,37 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from riverbed.log import swap
-from riverbed.log.batch import Compression, TimestampType, iter_batches
-from riverbed.log.cleaner import CleanerSettings, install, plan_cleaning
-from riverbed.log.compaction import clean
-from riverbed.log.config import LogConfig
-from riverbed.log.errors import InvalidRecordError
-from riverbed.log.log import Log
-from riverbed.log.records import SimpleRecord, build_batch, decode_records
-from tests.log.log_helpers import FakeClock, crash, read_all
+from riverbed.log import (
+    CleanerSettings,
+    InvalidRecordError,
+    Log,
+    SimpleRecord,
+    TimestampType,
+    TopicConfig,
+    build_batch,
+    clean,
+    decode_records,
+    install,
+    iter_batches,
+    plan_cleaning,
+    swap,
+)
+from riverbed.log.batch import Compression
+from tests.log.log_helpers import FakeClock, crash, read_all, table_of
 
 Table = dict[bytes, bytes]
 Change = tuple[bytes, bytes | None]
 SETTINGS = CleanerSettings()
 
 
-def _config(**overrides: Any) -> LogConfig:
+def _config(**overrides: Any) -> TopicConfig:
     base: dict[str, Any] = {
         "segment_bytes": 400,
         "cleanup_policy": "compact",
         "min_cleanable_dirty_ratio": 0.01,
         "delete_retention_ms": 1000,
     }
-    return LogConfig(**{**base, **overrides})
+    return TopicConfig(**{**base, **overrides})
 
 
 def _open(directory: Path, clock: FakeClock, **overrides: Any) -> Log:
@@ -59,14 +67,7 @@ def _records(log: Log) -> list[tuple[int, bytes | None, bytes | None, int]]:
 
 
 def _table(log: Log) -> Table:
-    table: Table = {}
-    for _, key, value, _ in _records(log):
-        assert key is not None
-        if value is None:
-            table.pop(key, None)
-        else:
-            table[key] = value
-    return table
+    return table_of((key, value) for _, key, value, _ in _records(log))
 
 
 def _clean_now(log: Log, clock: FakeClock) -> bool:
@@ -82,15 +83,9 @@ def _clean_now(log: Log, clock: FakeClock) -> bool:
 
 def _write(log: Log, changes: list[Change], clock: FakeClock, *, per_batch: int = 3) -> Table:
     """Append ``changes`` in batches; the table they describe."""
-    table: Table = {}
     for i in range(0, len(changes), per_batch):
         log.append(_batch(changes[i : i + per_batch], clock.now_ms))
-    for key, value in changes:
-        if value is None:
-            table.pop(key, None)
-        else:
-            table[key] = value
-    return table
+    return table_of(changes)
 
 
 def _random_changes(rng: random.Random, count: int, keys: int) -> list[Change]:
@@ -326,7 +321,7 @@ def test_cleaning_at_random_points_never_changes_the_table(
     directory = tmp_path_factory.mktemp("log")
     clock = FakeClock()
     log = _open(directory, clock, segment_bytes=segment_bytes)
-    model: Table = {}
+    written: list[Change] = []
     originals: dict[int, tuple[bytes | None, bytes | None]] = {}
     for i, (key_id, delete, count) in enumerate(ops):
         changes: list[Change] = []
@@ -334,20 +329,18 @@ def test_cleaning_at_random_points_never_changes_the_table(
             key = b"k%d" % ((key_id + j) % 13)
             changes.append((key, None if delete and j == 0 else b"v%d.%d" % (i, j)))
         result = log.append(_batch(changes, clock.now_ms))
-        for j, (key, value) in enumerate(changes):
-            originals[result.base_offset + j] = (key, value)
-            if value is None:
-                model.pop(key, None)
-            else:
-                model[key] = value
+        for j, change in enumerate(changes):
+            originals[result.base_offset + j] = change
+        written += changes
         if i in clean_points:
             clock.now_ms += 600
             _clean_now(log, clock)
-            assert _table(log) == model
+            assert _table(log) == table_of(written)
     clock.now_ms += 600
     _clean_now(log, clock)
     for offset, key, value, _ in _records(log):
         assert originals[offset] == (key, value)
+    model = table_of(written)
     assert _table(log) == model
     crash(log)
     reopened = _open(directory, clock, segment_bytes=segment_bytes)

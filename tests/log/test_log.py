@@ -5,13 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from log_helpers import FakeClock, batch, offsets_in, open_log, read_all
 
-from riverbed.log.batch import TimestampType, iter_batches, validate_batch
-from riverbed.log.config import LogConfig
-from riverbed.log.errors import CorruptRecordError, OffsetOutOfRangeError, RecordTooLargeError
-from riverbed.log.log import Log
-from riverbed.log.records import decode_records
+from riverbed.log import (
+    CorruptRecordError,
+    Log,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    TimestampType,
+    TopicConfig,
+    decode_records,
+    iter_batches,
+)
+from riverbed.log.batch import validate_batch
+from tests.log.log_helpers import FakeClock, batch, offsets_in, open_log, read_all
 
 
 def test_append_assigns_dense_offsets_and_read_returns_stored_bytes(tmp_path: Path) -> None:
@@ -95,7 +101,7 @@ def test_accepts_bytearray_and_memoryview(tmp_path: Path) -> None:
 
 def test_log_append_time_sets_timestamps_and_crc(tmp_path: Path) -> None:
     clock = FakeClock(5_000_000)
-    config = LogConfig(message_timestamp_type=TimestampType.LOG_APPEND_TIME)
+    config = TopicConfig(message_timestamp_type=TimestampType.LOG_APPEND_TIME)
     log = Log.open(tmp_path / "t-0", config=config, clock=clock)
     result = log.append(batch(3, timestamp_ms=7))
     assert result.log_append_time_ms == 5_000_000

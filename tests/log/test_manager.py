@@ -1,4 +1,4 @@
-"""LogManager topics and producer ids; LogConfig properties."""
+"""LogManager topics and producer ids; TopicConfig properties."""
 
 from __future__ import annotations
 
@@ -6,22 +6,24 @@ import base64
 from pathlib import Path
 
 import pytest
-from log_helpers import FakeClock, batch, offsets_in, read_all
 
-from riverbed.log.batch import TimestampType
-from riverbed.log.config import TOPIC_CONFIGS, LogConfig
-from riverbed.log.errors import (
+from riverbed.log import (
+    TOPIC_CONFIGS,
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidTopicError,
+    LogManager,
+    TimestampType,
+    TopicConfig,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
-from riverbed.log.manager import PRODUCER_ID_BLOCK_SIZE, LogManager
+from riverbed.log.manager import PRODUCER_ID_BLOCK_SIZE
+from tests.log.log_helpers import FakeClock, batch, offsets_in, read_all
 
 
 def manager(data_dir: Path) -> LogManager:
-    return LogManager.open(data_dir, defaults=LogConfig(), clock=FakeClock())
+    return LogManager.open(data_dir, defaults=TopicConfig(), clock=FakeClock())
 
 
 def test_topics_survive_restart_with_their_data(tmp_path: Path) -> None:
@@ -95,7 +97,7 @@ def test_producer_ids_are_never_reused(tmp_path: Path) -> None:
 
 
 def test_config_properties_round_trip() -> None:
-    config = LogConfig.from_properties(
+    config = TopicConfig.from_properties(
         {
             "segment.ms": "60000",
             "message.timestamp.type": "LogAppendTime",
@@ -105,7 +107,7 @@ def test_config_properties_round_trip() -> None:
             "delete.retention.ms": "1000",
             "unclean.leader.election.enable": "TRUE",
         },
-        base=LogConfig(),
+        base=TopicConfig(),
     )
     assert config.segment_ms == 60000
     assert (config.min_cleanable_dirty_ratio, config.delete_retention_ms) == (0.25, 1000)
@@ -113,9 +115,9 @@ def test_config_properties_round_trip() -> None:
     assert config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
     properties = config.to_properties()
     assert set(properties) == set(TOPIC_CONFIGS)
-    assert LogConfig.from_properties(properties, base=LogConfig()) == config
-    assert LogConfig().to_properties()["segment.bytes"] == str(1 << 30)
-    defaults = LogConfig().to_properties()  # Kafka 4's defaults, in Kafka's spelling
+    assert TopicConfig.from_properties(properties, base=TopicConfig()) == config
+    assert TopicConfig().to_properties()["segment.bytes"] == str(1 << 30)
+    defaults = TopicConfig().to_properties()  # Kafka 4's defaults, in Kafka's spelling
     assert defaults["delete.retention.ms"] == "86400000"
     assert defaults["min.cleanable.dirty.ratio"] == "0.5"
     assert defaults["max.compaction.lag.ms"] == str(2**63 - 1)
@@ -143,7 +145,7 @@ def test_config_properties_round_trip() -> None:
 )
 def test_config_rejects_bad_values(name: str, value: str) -> None:
     with pytest.raises(InvalidConfigError):
-        LogConfig.from_properties({name: value}, base=LogConfig())
+        TopicConfig.from_properties({name: value}, base=TopicConfig())
 
 
 def test_alter_configs_reaches_the_logs(tmp_path: Path) -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from log_helpers import batch, offsets_in, open_log, read_all
 
-from riverbed.log.batch import iter_batches
+from riverbed.log import iter_batches
+from tests.log.log_helpers import batch, offsets_in, open_log, read_all
 
 appends = st.lists(
     st.tuples(st.integers(1, 6), st.integers(1, 300)),  # records, value bytes

@@ -9,13 +9,17 @@ from pathlib import Path
 
 import crc32c
 import pytest
-from log_helpers import batch, crash, open_log, read_all
 
-from riverbed.log.batch import parse_header
-from riverbed.log.errors import InvalidProducerEpochError, OutOfOrderSequenceError
-from riverbed.log.log import Log
+from riverbed.log import (
+    ABORT,
+    InvalidProducerEpochError,
+    Log,
+    OutOfOrderSequenceError,
+    parse_header,
+)
 from riverbed.log.producer_state import CompletedTxn, ProducerStateManager
-from riverbed.log.records import ABORT, build_control_batch
+from riverbed.log.record_codec import build_control_batch
+from tests.log.log_helpers import batch, crash, open_log, read_all
 
 PID = 4000
 

@@ -10,9 +10,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from log_helpers import batch, offsets_in, open_log, read_all
 
-from riverbed.log.batch import iter_batches, validate_batch
+from riverbed.log import iter_batches
+from riverbed.log.batch import validate_batch
+from tests.log.log_helpers import batch, offsets_in, open_log, read_all
 
 SEGMENT = "00000000000000000000"
 
@@ -150,7 +151,7 @@ CHILD = textwrap.dedent(
     """
     import os, sys
     sys.path[:0] = [sys.argv[2]]
-    from log_helpers import batch, open_log
+    from tests.log.log_helpers import batch, open_log
     from pathlib import Path
     log = open_log(Path(sys.argv[1]), segment_bytes=20000)
     i = 0
@@ -168,10 +169,10 @@ CHILD = textwrap.dedent(
 @pytest.mark.slow
 def test_sigkill_mid_append_loses_nothing_flushed(tmp_path: Path) -> None:
     directory = tmp_path / "t-0"
-    helpers_dir = str(Path(__file__).parent)
+    repository = str(Path(__file__).parents[2])  # where the tests package is
     for round_ in range(3):
         with subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(directory), helpers_dir],
+            [sys.executable, "-c", CHILD, str(directory), repository],
             stdout=subprocess.PIPE,
             text=True,
         ) as child:

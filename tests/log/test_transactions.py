@@ -5,19 +5,33 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from log_helpers import FakeClock, batch, offsets_in, open_log, overlapping, read_all, txn_state_of
 
-from riverbed.log.batch import TimestampType, validate_batch
-from riverbed.log.config import LogConfig
-from riverbed.log.errors import (
+from riverbed.log import (
+    ABORT,
+    COMMIT,
+    AbortedTxn,
+    AppendResult,
     InvalidProducerEpochError,
     InvalidRecordError,
     InvalidTxnStateError,
+    Log,
     OutOfOrderSequenceError,
+    TimestampType,
+    TopicConfig,
+    control_type,
+    decode_records,
 )
-from riverbed.log.log import AppendResult, Log
-from riverbed.log.records import ABORT, COMMIT, build_control_batch, control_type, decode_records
-from riverbed.log.txn_index import AbortedTxn
+from riverbed.log.batch import validate_batch
+from riverbed.log.record_codec import build_control_batch
+from tests.log.log_helpers import (
+    FakeClock,
+    batch,
+    offsets_in,
+    open_log,
+    overlapping,
+    read_all,
+    txn_state_of,
+)
 
 A, B, C = 100, 200, 300
 
@@ -233,7 +247,7 @@ def test_marker_without_a_transaction_is_written_and_completes_nothing(tmp_path:
 
 
 def test_marker_bytes(tmp_path: Path) -> None:
-    config = LogConfig(message_timestamp_type=TimestampType.LOG_APPEND_TIME)
+    config = TopicConfig(message_timestamp_type=TimestampType.LOG_APPEND_TIME)
     log = Log.open(tmp_path / "t-0", config=config, clock=FakeClock(99))
     Producer(log, A).send()
     log.append_marker(

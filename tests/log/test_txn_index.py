@@ -5,7 +5,8 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from riverbed.log.txn_index import AbortedTxn, TransactionIndex, collect_aborted
+from riverbed.log import AbortedTxn
+from riverbed.log.txn_index import TransactionIndex, collect_aborted
 
 
 def _txn(producer_id: int, first: int, last: int, lso: int) -> AbortedTxn:

@@ -11,11 +11,9 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from log_helpers import batch, crash, open_log, overlapping, read_all, txn_state_of
 
-from riverbed.log.errors import InvalidProducerEpochError, InvalidTxnStateError
-from riverbed.log.log import Log
-from riverbed.log.txn_index import AbortedTxn
+from riverbed.log import AbortedTxn, InvalidProducerEpochError, InvalidTxnStateError, Log
+from tests.log.log_helpers import batch, crash, open_log, overlapping, read_all, txn_state_of
 
 PRODUCERS = (11, 22, 33)
 

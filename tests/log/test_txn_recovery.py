@@ -7,10 +7,9 @@ import os
 from pathlib import Path
 
 import pytest
-from log_helpers import batch, crash, open_log, overlapping, read_all, txn_state_of
 
-from riverbed.log.log import Log
-from riverbed.log.txn_index import AbortedTxn
+from riverbed.log import AbortedTxn, Log
+from tests.log.log_helpers import batch, crash, open_log, overlapping, read_all, txn_state_of
 
 A, B, C = 100, 200, 300
 

@@ -48,8 +48,7 @@ from riverbed.broker.groups.offsets_topic_records import (
     encode_offset_value,
 )
 from riverbed.broker.internal_topics import OFFSETS_TOPIC, InternalTopic
-from riverbed.log.log import Log
-from riverbed.log.records import COMMIT, control_type, decode_records
+from riverbed.log import COMMIT, Log, control_type, decode_records
 
 __all__ = ["OffsetStore", "TopicPartition"]
 

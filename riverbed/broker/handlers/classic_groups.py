@@ -17,7 +17,7 @@ from typing import Any
 from riverbed.broker.errors import error_code_for
 from riverbed.broker.handlers.metadata import AUTHORIZED_OPERATIONS_OMITTED
 from riverbed.broker.state import CLIENT_HOST, BrokerState
-from riverbed.log.errors import LogError
+from riverbed.log import LogError
 from riverbed.protocol import ErrorCode, Request, milliseconds
 
 __all__ = [

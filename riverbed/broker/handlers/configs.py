@@ -39,8 +39,13 @@ from riverbed.broker.config import (
 )
 from riverbed.broker.errors import RequestRefused, error_code_for
 from riverbed.broker.state import BrokerState
-from riverbed.log.config import TOPIC_CONFIGS, LogConfig
-from riverbed.log.errors import InvalidConfigError, LogError, UnknownTopicOrPartitionError
+from riverbed.log import (
+    TOPIC_CONFIGS,
+    InvalidConfigError,
+    LogError,
+    TopicConfig,
+    UnknownTopicOrPartitionError,
+)
 from riverbed.protocol import ErrorCode, Request
 
 __all__ = ["CONFIG_TYPES", "alter_configs", "describe_configs", "incremental_alter_configs"]
@@ -170,7 +175,7 @@ def _kafka_default(topic_config: str) -> tuple[str, str]:
     """The broker-level name and value Kafka reports as a topic config's DEFAULT_CONFIG
     synonym: its coarsest name (``log.retention.hours=168`` for retention.ms)."""
     name = log_setting_names(topic_config)[-1]
-    value = LogConfig().to_properties()[topic_config]
+    value = TopicConfig().to_properties()[topic_config]
     alias = next((a for a in LOG_TIME_ALIASES if a.name == name), None)
     if alias is not None:
         value = str(int(value) // alias.unit_ms)
@@ -398,7 +403,7 @@ def _alter_topic(
         )
     else:  # the whole set: what is not named goes back to the default
         overrides = {c.name: c.value for c in resource.configs if c.value is not None}
-    LogConfig.from_properties(overrides, base=broker_defaults)  # InvalidConfigError
+    TopicConfig.from_properties(overrides, base=broker_defaults)  # InvalidConfigError
     if not validate_only:
         state.logs.alter_topic_configs(name, overrides)
 

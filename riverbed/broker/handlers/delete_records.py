@@ -17,7 +17,7 @@ from typing import Any
 from riverbed.broker.errors import error_code_for
 from riverbed.broker.internal_topics import is_internal
 from riverbed.broker.state import BrokerState
-from riverbed.log.errors import LogError
+from riverbed.log import LogError, retention
 from riverbed.protocol import ErrorCode, Request
 
 __all__ = ["delete_records"]
@@ -38,7 +38,7 @@ def _delete_one(state: BrokerState, topic: str, partition: int, offset: int) -> 
         elif "delete" not in partition_log.config.cleanup_policy.split(","):
             result["error_code"] = ErrorCode.policy_violation
         else:
-            result["low_watermark"] = partition_log.delete_records(offset)
+            result["low_watermark"] = retention.delete_records(partition_log, offset)
     except (LogError, OSError) as e:
         result["error_code"] = error_code_for(e)
     return result

@@ -30,8 +30,7 @@ from typing import Any
 
 from riverbed.broker.errors import error_code_for
 from riverbed.broker.state import BrokerState
-from riverbed.log.errors import LogError
-from riverbed.log.file_records import FileRecords
+from riverbed.log import FileRecords, LogError
 from riverbed.protocol import ErrorCode, Request
 
 __all__ = ["fetch"]

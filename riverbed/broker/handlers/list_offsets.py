@@ -11,8 +11,7 @@ from typing import Any
 
 from riverbed.broker.errors import error_code_for
 from riverbed.broker.state import BrokerState
-from riverbed.log.errors import LogError
-from riverbed.log.log import Log
+from riverbed.log import Log, LogError
 from riverbed.protocol import ErrorCode, Request
 
 __all__ = ["list_offsets"]

@@ -7,8 +7,7 @@ from typing import Any
 from riverbed.broker.errors import error_code_for
 from riverbed.broker.internal_topics import is_internal
 from riverbed.broker.state import BrokerState
-from riverbed.log.errors import LogError
-from riverbed.log.manager import TopicMetadata
+from riverbed.log import LogError, TopicMetadata
 from riverbed.protocol import ErrorCode, Request
 
 __all__ = ["AUTHORIZED_OPERATIONS_OMITTED", "metadata"]

@@ -16,7 +16,7 @@ from riverbed.broker.errors import error_code_for
 from riverbed.broker.groups import OffsetValue
 from riverbed.broker.groups.offset_store import TopicPartition
 from riverbed.broker.state import BrokerState
-from riverbed.log.errors import LogError
+from riverbed.log import LogError
 from riverbed.protocol import ErrorCode, Request
 
 __all__ = [

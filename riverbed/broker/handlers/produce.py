@@ -20,9 +20,7 @@ from typing import Any
 from riverbed.broker.errors import error_code_for
 from riverbed.broker.internal_topics import is_internal
 from riverbed.broker.state import BrokerState
-from riverbed.log.batch import parse_header
-from riverbed.log.errors import LogError
-from riverbed.log.log import Log
+from riverbed.log import Log, LogError, parse_header
 from riverbed.protocol import ErrorCode, Request
 
 __all__ = ["produce"]

@@ -16,8 +16,7 @@ from typing import Any
 from riverbed.broker.errors import RequestRefused, error_code_for
 from riverbed.broker.internal_topics import is_internal
 from riverbed.broker.state import BrokerState
-from riverbed.log.config import LogConfig
-from riverbed.log.errors import InvalidPartitionsError, LogError
+from riverbed.log import InvalidPartitionsError, LogError, TopicConfig
 from riverbed.protocol import ErrorCode, Request
 
 __all__ = ["create_partitions", "create_topics", "delete_topics"]
@@ -72,7 +71,7 @@ def _create_one(state: BrokerState, topic: Any, *, validate_only: bool) -> dict[
         if validate_only:
             if topic.name in state.logs.topics():
                 raise RequestRefused(ErrorCode.topic_already_exists, f"topic {topic.name!r} exists")
-            effective = LogConfig.from_properties(configs, base=state.config.log_defaults)
+            effective = TopicConfig.from_properties(configs, base=state.config.log_defaults)
             topic_id = None
         else:
             created = state.logs.create_topic(topic.name, partitions=partitions, configs=configs)

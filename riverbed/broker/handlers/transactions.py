@@ -21,7 +21,7 @@ from riverbed.broker.handlers.offset_commits import partition_errors, requested_
 from riverbed.broker.internal_topics import OFFSETS_TOPIC
 from riverbed.broker.state import BrokerState
 from riverbed.broker.txn import TxnState
-from riverbed.log.errors import LogError
+from riverbed.log import LogError
 from riverbed.protocol import ErrorCode, Request
 
 __all__ = [

@@ -35,8 +35,7 @@ from collections.abc import Iterable
 from riverbed.broker.internal_topics import OFFSETS_TOPIC
 from riverbed.broker.txn.engine import TransactionEngine, TxnSettings
 from riverbed.broker.txn.transaction_metadata import TopicPartition, TxnMetadata, TxnState
-from riverbed.log.errors import LogError
-from riverbed.log.log import Log
+from riverbed.log import Log, LogError
 from riverbed.protocol import ErrorCode
 
 __all__ = ["TransactionCoordinator", "TxnSettings"]

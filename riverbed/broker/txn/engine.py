@@ -34,9 +34,7 @@ from riverbed.broker.groups.timers import Timers
 from riverbed.broker.internal_topics import Flush
 from riverbed.broker.txn.state_log import TxnStateLog
 from riverbed.broker.txn.transaction_metadata import TopicPartition, TxnMetadata, TxnState
-from riverbed.log.errors import LogError
-from riverbed.log.log import Log
-from riverbed.log.manager import LogManager
+from riverbed.log import Log, LogError, LogManager
 from riverbed.protocol import ErrorCode
 
 __all__ = ["MAX_EPOCH", "OnMarker", "TransactionEngine", "TxnSettings"]

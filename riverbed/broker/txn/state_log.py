@@ -20,7 +20,7 @@ from riverbed.broker.txn.transaction_metadata import (
     encode_key,
     encode_value,
 )
-from riverbed.log.records import decode_records
+from riverbed.log import decode_records
 
 __all__ = ["TxnStateLog"]
 

@@ -1,9 +1,13 @@
-"""Per-topic log configuration: the values, their Kafka names, defaults and parsers.
+"""The configuration of a topic's logs: Kafka's topic-level settings, typed (Kafka's LogConfig).
 
-:data:`TOPIC_CONFIGS` maps each topic-level name (``segment.bytes``) to the broker-level
-name that sets its default (``log.segment.bytes``), Kafka's default value, a parser that
-turns the property string into the typed value (InvalidConfigError on a bad one) and a
-one-line doc. Retention is enforced by :mod:`riverbed.log.retention`, compaction by
+A :class:`TopicConfig` holds the effective value of every topic-level setting. Each of its
+fields states everything about one setting, once: its Kafka name (the field's name with
+dots, ``segment_bytes`` is ``segment.bytes``), the broker-level name that sets its default
+(``log.segment.bytes``), Kafka's default value, the parser that turns the property string
+into the typed value (InvalidConfigError on a bad one) and a one-line doc.
+:data:`TOPIC_CONFIGS` lists them by Kafka name, for the broker's config handling.
+
+Retention is enforced by :mod:`riverbed.log.retention`, compaction by
 :mod:`riverbed.log.cleaner`. Carried but not enforced (so that tools which set them are not
 refused): the replication settings of a one-broker cluster, ``flush.messages`` /
 ``flush.ms`` (acks=all is fsynced before it is answered anyway),
@@ -16,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from riverbed.log.batch import TimestampType
 from riverbed.log.errors import InvalidConfigError
@@ -107,197 +111,150 @@ def _parse_timestamp_type(text: str) -> TimestampType:
         raise InvalidConfigError(f"{text!r} is not CreateTime or LogAppendTime") from None
 
 
+_T = TypeVar("_T")
+
+
+def _setting(default: _T, *, broker_name: str, parse: Callable[[str], _T], doc: str) -> _T:
+    """A field of :class:`TopicConfig`: its default, and what :data:`TOPIC_CONFIGS` says."""
+    metadata = {"broker_name": broker_name, "parse": parse, "doc": doc}
+    return dataclasses.field(default=default, metadata=metadata)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ConfigDef:
-    """One row of TOPIC_CONFIGS."""
+class TopicConfig:
+    """The effective configuration of a topic's partition logs (Kafka's LogConfig), one
+    field per topic-level setting (see the module docstring). Defaults are Kafka's."""
 
-    field: str
-    broker_name: str
-    default: Any
-    parse: Callable[[str], Any]
-    doc: str
-
-
-TOPIC_CONFIGS: Mapping[str, ConfigDef] = {
-    "segment.bytes": ConfigDef(
-        field="segment_bytes",
+    segment_bytes: int = _setting(
+        SEGMENT_BYTES,
         broker_name="log.segment.bytes",
-        default=SEGMENT_BYTES,
         parse=_int_parser(minimum=MIN_SEGMENT_BYTES, maximum=2**31 - 1),  # an int in Kafka
         doc="Roll the active segment when it reaches this size.",
-    ),
-    "segment.ms": ConfigDef(
-        field="segment_ms",
+    )
+    segment_ms: int = _setting(
+        SEGMENT_MS,
         broker_name="log.roll.ms",
-        default=SEGMENT_MS,
         parse=_int_parser(minimum=1),
         doc="Roll the active segment when it is this old (by the broker clock).",
-    ),
-    "segment.index.bytes": ConfigDef(
-        field="segment_index_bytes",
+    )
+    segment_index_bytes: int = _setting(
+        SEGMENT_INDEX_BYTES,
         broker_name="log.index.size.max.bytes",
-        default=SEGMENT_INDEX_BYTES,
         parse=_int_parser(minimum=MIN_SEGMENT_INDEX_BYTES),
         doc="Roll the active segment when its offset index reaches this size.",
-    ),
-    "index.interval.bytes": ConfigDef(
-        field="index_interval_bytes",
+    )
+    index_interval_bytes: int = _setting(
+        INDEX_INTERVAL_BYTES,
         broker_name="log.index.interval.bytes",
-        default=INDEX_INTERVAL_BYTES,
         parse=_int_parser(minimum=0),
         doc="Add an offset-index entry after this many bytes of batches.",
-    ),
-    "max.message.bytes": ConfigDef(
-        field="max_message_bytes",
+    )
+    max_message_bytes: int = _setting(
+        MAX_MESSAGE_BYTES,
         broker_name="message.max.bytes",
-        default=MAX_MESSAGE_BYTES,
         parse=_int_parser(minimum=0),
         doc="Largest record batch accepted.",
-    ),
-    "message.timestamp.type": ConfigDef(
-        field="message_timestamp_type",
+    )
+    message_timestamp_type: TimestampType = _setting(  # noqa: RUF009 - a dataclasses.field
+        TimestampType.CREATE_TIME,
         broker_name="log.message.timestamp.type",
-        default=TimestampType.CREATE_TIME,
         parse=_parse_timestamp_type,
         doc="CreateTime keeps the producer's timestamps; LogAppendTime stamps the broker's.",
-    ),
-    "cleanup.policy": ConfigDef(
-        field="cleanup_policy",
+    )
+    cleanup_policy: str = _setting(
+        "delete",
         broker_name="log.cleanup.policy",
-        default="delete",
         parse=_choice_parser(_CLEANUP_POLICIES),
         doc="delete (retention), compact (the cleaner) or both.",
-    ),
-    "retention.ms": ConfigDef(
-        field="retention_ms",
+    )
+    retention_ms: int = _setting(
+        RETENTION_MS,
         broker_name="log.retention.ms",
-        default=RETENTION_MS,
         parse=_int_parser(minimum=-1),
         doc="Delete segments whose newest record is older than this (-1: never).",
-    ),
-    "retention.bytes": ConfigDef(
-        field="retention_bytes",
+    )
+    retention_bytes: int = _setting(
+        RETENTION_BYTES,
         broker_name="log.retention.bytes",
-        default=RETENTION_BYTES,
         parse=_int_parser(minimum=-1),
         doc="Delete the oldest segments while the log is larger than this (-1: no limit).",
-    ),
-    "compression.type": ConfigDef(
-        field="compression_type",
+    )
+    compression_type: str = _setting(
+        "producer",
         broker_name="compression.type",
-        default="producer",
         parse=_choice_parser(_COMPRESSION_TYPES),
         doc="producer keeps the producer's codec (the only value the log implements yet).",
-    ),
-    "delete.retention.ms": ConfigDef(
-        field="delete_retention_ms",
+    )
+    delete_retention_ms: int = _setting(
+        DELETE_RETENTION_MS,
         broker_name="log.cleaner.delete.retention.ms",
-        default=DELETE_RETENTION_MS,
         parse=_int_parser(minimum=0),
         doc="How long a compacted topic keeps tombstones and transaction markers after "
         "they are first compacted.",
-    ),
-    "min.cleanable.dirty.ratio": ConfigDef(
-        field="min_cleanable_dirty_ratio",
+    )
+    min_cleanable_dirty_ratio: float = _setting(
+        MIN_CLEANABLE_DIRTY_RATIO,
         broker_name="log.cleaner.min.cleanable.ratio",
-        default=MIN_CLEANABLE_DIRTY_RATIO,
         parse=_ratio_parser,
         doc="Compact a log once this share of it is not yet compacted.",
-    ),
-    "min.compaction.lag.ms": ConfigDef(
-        field="min_compaction_lag_ms",
+    )
+    min_compaction_lag_ms: int = _setting(
+        0,
         broker_name="log.cleaner.min.compaction.lag.ms",
-        default=0,
         parse=_int_parser(minimum=0),
         doc="Records younger than this are never compacted.",
-    ),
-    "max.compaction.lag.ms": ConfigDef(
-        field="max_compaction_lag_ms",
+    )
+    max_compaction_lag_ms: int = _setting(
+        LONG_MAX,
         broker_name="log.cleaner.max.compaction.lag.ms",
-        default=LONG_MAX,
         parse=_int_parser(minimum=1),
         doc="Records older than this are compacted whatever the dirty ratio.",
-    ),
-    "file.delete.delay.ms": ConfigDef(
-        field="file_delete_delay_ms",
+    )
+    file_delete_delay_ms: int = _setting(
+        FILE_DELETE_DELAY_MS,
         broker_name="log.segment.delete.delay.ms",
-        default=FILE_DELETE_DELAY_MS,
         parse=_int_parser(minimum=0),
         doc="How long a deleted segment's files are kept before removal.",
-    ),
-    "message.timestamp.before.max.ms": ConfigDef(
-        field="message_timestamp_before_max_ms",
+    )
+    message_timestamp_before_max_ms: int = _setting(
+        LONG_MAX,
         broker_name="log.message.timestamp.before.max.ms",
-        default=LONG_MAX,
         parse=_int_parser(minimum=0),
         doc="Largest allowed age of a CreateTime timestamp (not enforced yet).",
-    ),
-    "message.timestamp.after.max.ms": ConfigDef(
-        field="message_timestamp_after_max_ms",
+    )
+    message_timestamp_after_max_ms: int = _setting(
+        TIMESTAMP_AFTER_MAX_MS,
         broker_name="log.message.timestamp.after.max.ms",
-        default=TIMESTAMP_AFTER_MAX_MS,
         parse=_int_parser(minimum=0),
         doc="Largest allowed lead of a CreateTime timestamp (not enforced yet).",
-    ),
-    "flush.messages": ConfigDef(
-        field="flush_messages",
+    )
+    flush_messages: int = _setting(
+        LONG_MAX,
         broker_name="log.flush.interval.messages",
-        default=LONG_MAX,
         parse=_int_parser(minimum=1),
         doc="fsync after this many records (acks=all is fsynced anyway; not enforced yet).",
-    ),
-    "flush.ms": ConfigDef(
-        field="flush_ms",
+    )
+    flush_ms: int = _setting(
+        LONG_MAX,
         broker_name="log.flush.interval.ms",
-        default=LONG_MAX,
         parse=_int_parser(minimum=0),
         doc="fsync after this long (acks=all is fsynced anyway; not enforced yet).",
-    ),
-    "min.insync.replicas": ConfigDef(
-        field="min_insync_replicas",
+    )
+    min_insync_replicas: int = _setting(
+        1,
         broker_name="min.insync.replicas",
-        default=1,
         parse=_int_parser(minimum=1, maximum=1),
         doc="One broker, one replica: always 1.",
-    ),
-    "unclean.leader.election.enable": ConfigDef(
-        field="unclean_leader_election_enable",
+    )
+    unclean_leader_election_enable: bool = _setting(
+        False,
         broker_name="unclean.leader.election.enable",
-        default=False,
         parse=_bool_parser,
         doc="Carried for tools that set it; one broker has no other replica to elect.",
-    ),
-}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LogConfig:
-    """The effective configuration of one partition's log. Defaults are Kafka's."""
-
-    segment_bytes: int = SEGMENT_BYTES
-    segment_ms: int = SEGMENT_MS
-    segment_index_bytes: int = SEGMENT_INDEX_BYTES
-    index_interval_bytes: int = INDEX_INTERVAL_BYTES
-    max_message_bytes: int = MAX_MESSAGE_BYTES
-    message_timestamp_type: TimestampType = TimestampType.CREATE_TIME
-    cleanup_policy: str = "delete"
-    retention_ms: int = RETENTION_MS
-    retention_bytes: int = RETENTION_BYTES
-    compression_type: str = "producer"
-    delete_retention_ms: int = DELETE_RETENTION_MS
-    min_cleanable_dirty_ratio: float = MIN_CLEANABLE_DIRTY_RATIO
-    min_compaction_lag_ms: int = 0
-    max_compaction_lag_ms: int = LONG_MAX
-    file_delete_delay_ms: int = FILE_DELETE_DELAY_MS
-    message_timestamp_before_max_ms: int = LONG_MAX
-    message_timestamp_after_max_ms: int = TIMESTAMP_AFTER_MAX_MS
-    flush_messages: int = LONG_MAX
-    flush_ms: int = LONG_MAX
-    min_insync_replicas: int = 1
-    unclean_leader_election_enable: bool = False
+    )
 
     @classmethod
-    def from_properties(cls, overrides: Mapping[str, str], *, base: LogConfig) -> LogConfig:
+    def from_properties(cls, overrides: Mapping[str, str], *, base: TopicConfig) -> TopicConfig:
         """``base`` with topic-level properties applied; InvalidConfigError for an unknown
         name or a bad value."""
         changes: dict[str, Any] = {}
@@ -327,3 +284,26 @@ class LogConfig:
                 value = "true" if value else "false"  # Kafka's spelling
             properties[name] = str(value)
         return properties
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfigDef:
+    """One topic-level setting, as a :class:`TopicConfig` field declares it."""
+
+    field: str
+    """The TopicConfig field that holds its value."""
+    broker_name: str
+    parse: Callable[[str], Any]
+    doc: str
+
+
+TOPIC_CONFIGS: Mapping[str, ConfigDef] = {
+    setting.name.replace("_", "."): ConfigDef(
+        field=setting.name,
+        broker_name=setting.metadata["broker_name"],
+        parse=setting.metadata["parse"],
+        doc=setting.metadata["doc"],
+    )
+    for setting in dataclasses.fields(TopicConfig)
+}
+"""Every topic-level setting by its Kafka name (``segment.bytes``), in TopicConfig's order."""
