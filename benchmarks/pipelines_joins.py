@@ -103,7 +103,7 @@ import riverbed.spark
 from riverbed.cdc.catalog import TableInfo
 from riverbed.cdc.changes import SnapshotRecords, dumps
 from riverbed.cdc.envelope import Source, change_event
-from riverbed.pipelines.catalog import PIPELINES
+from riverbed.pipelines.shop import PIPELINES
 from riverbed.workloads.oltp import PRIMARY_KEYS, Operation, OpKind, operations
 from riverbed.workloads.shop import Event, ShopConfig, events
 
@@ -655,7 +655,7 @@ class StateVariable:
     json_bytes: int
     """The size of its rows (key and value) as JSON: the state's payload, roughly."""
     keys: int | None = None
-    """For the slots of :class:`riverbed.pipelines.buckets.KeyedStates` (a map state whose
+    """For the slots of :class:`riverbed.pipelines.operators.buckets.KeyedStates` (a map state whose
     value is one JSON object, ``keys``): the per-key states they hold."""
 
 

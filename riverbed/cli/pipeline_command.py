@@ -57,6 +57,7 @@ def add_parser(commands: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from riverbed.pipelines.runner import PipelineError, RunConfig, run
+    from riverbed.pipelines.shop import PIPELINES
 
     stop = {"requested": False}
 
@@ -76,6 +77,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         run(
             config,
+            pipelines=PIPELINES,
             say=lambda line: print(f"riverbed pipeline: {line}", file=sys.stderr, flush=True),
             stopping=lambda: stop["requested"],
         )
@@ -85,7 +87,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from riverbed.pipelines.catalog import PIPELINES
+    from riverbed.pipelines.shop import PIPELINES
 
     for pipeline in PIPELINES.values():
         print(pipeline.name)

@@ -1,6 +1,6 @@
 """enriched_clicks: clicks joined with the user's profile as of the click's time.
 
-Unit tests of the as-of join operator (riverbed.pipelines.temporal_join.AsOfJoin) through
+Unit tests of the as-of join operator (riverbed.pipelines.operators.as_of_join.AsOfJoin) through
 PySpark's TwsTester, then the pipeline in a real Spark session against a real broker, fed by
 an independent generator of users changes in riverbed's CDC format and of clicks, and
 checked against a plain-Python reference written from DESIGN.md's sentence: "each click
@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 from pyspark.sql.streaming.tws_tester import TwsTester
 
-from riverbed.pipelines.temporal_join import (
+from riverbed.pipelines.operators.as_of_join import (
     CHANGE_KEY,
     CHANGE_VALUE,
     EVENT,
