@@ -3,13 +3,17 @@ with the row its key had, at the event's time, in a table known by its CDC chang
 corrections when a change arrives late (:class:`AsOfJoin`, applied by :func:`as_of_join`).
 
 **What it computes.** An event (a click) is joined with its table key's (its user's) row as
-of the event's time ``ts``: the latest change of that key with ``source.ts_ms <= ts`` (of
-two changes at the same time, the later position), its ``columns`` (a user's profile);
-nulls when that change is a delete, or when there is none (a user never seen, or not yet
-created then). The output is a changelog keyed by the event's id: an event is emitted as
-soon as it arrives, joined with the changes seen so far, and emitted again each time a
-change that arrives later (a *late* change: the capture lags behind the clickstream) gives
-it another row. The last value per id is the answer over every change.
+of the event's time ``ts``: the latest change of that key, in changelog order (snapshot
+rows first, then ``(source.commitLsn, source.lsn)``), with ``source.ts_ms <= ts``, a
+snapshot row counting as valid from the beginning of time (it says what the row was at the
+snapshot's consistent point, not when it was last changed); its ``columns`` (a user's
+profile); nulls when that change is a delete, or when there is none (a user never seen, or
+not yet created then). Commit times need not grow in changelog order: the order decides
+(:mod:`~riverbed.pipelines.operators.versioned_row`). The output is a changelog keyed by
+the event's id: an event is emitted as soon as it arrives, joined with the changes seen so
+far, and emitted again each time a change that arrives later (a *late* change: the capture
+lags behind the clickstream) gives it another row. The last value per id is the answer
+over every change.
 
 **Input.** The events and the table's change records in one DataFrame, read in one pass
 and grouped by the table key (:func:`as_of_join` builds it), so one group holds a key's
@@ -25,9 +29,12 @@ events without a table key are emitted with nulls and not kept.
 groups by a hash bucket of the table key (one group per user made PySpark's fixed cost per
 group the bulk of the work), and a key's state is one JSON object in a slot of its bucket:
 
+- ``v``: the layout, 2 (layout 1 ordered versions by change time and had no snapshot
+  flag: a checkpoint written with it needs a fresh start);
 - ``versions``: the key's :class:`~riverbed.pipelines.operators.versioned_row.VersionedRow`
-  (its versions by change time) and ``history_from`` (after a prune that dropped versions:
-  the time of the oldest version kept, below which lookups are no longer exact);
+  (its versions in changelog order, each ``[ts_ms, commit_lsn, lsn, snapshot, row]``) and
+  ``history_from`` (after a prune that dropped versions: the time of the first version
+  kept, below which lookups are no longer exact; null if that is a snapshot row);
 - ``events``: id -> (ts, event), the events emitted that a late change may correct.
 
 **Retention, and what is late.** Event time (EventTime mode) is the events' ``ts`` and the
@@ -37,17 +44,22 @@ then, at the key's timer (the earliest time something becomes prunable, rounded 
 :data:`PRUNE_RESOLUTION_MS`), the events below the horizon are forgotten (their answer is
 final) and so are the versions no lookup at or after it needs
 (:meth:`~riverbed.pipelines.operators.versioned_row.VersionedRow.prune`: every version
-before the latest one at or below the horizon). A key's state shrinks to its current row (or its
-deletion, which hides older late changes) once nothing is left to correct. What arrives
-below the horizon is not silently wrong:
+before the latest one, in changelog order, valid at the horizon). A key's state shrinks to
+its current row (or its deletion, which hides older late changes) once nothing is left to
+correct. What arrives below the horizon is not silently wrong:
 
 - an event: emitted as usual, joined with the history kept, but not kept for corrections,
   and also written to ``late_topic`` (keyed by its id: the event and the ``reason``). The
   answer is exact (as of the changes seen) when ``ts`` is at or after ``history_from``;
   otherwise the versions it needs were discarded and the reason says it may be wrong;
-- a change: it corrects the events still kept as usual, but the events below the horizon
-  it applies to may have been forgotten already; it is written to ``late_topic`` (keyed by
-  the table key and the change's position) with the reason.
+- a change (its ``source.ts_ms`` below the horizon; for a snapshot row, its read time): it
+  corrects the events still kept as usual, but the events below the horizon it applies to
+  may have been forgotten already; it is written to ``late_topic`` (keyed by the table key
+  and the change's position) with the reason. A snapshot row applies to earlier events
+  too, but is reported only when read below the horizon: it is the first record of its
+  key, and the events of the key forgotten before it arrives (only if the events ran more
+  than ``retention_ms`` ahead of the capture's snapshot) keep the nulls they were joined
+  with, unreported.
 
 **Within a micro-batch**, a key's changes are applied before its events are joined, so an
 event is emitted once per batch, with every change of the batch and before. An event is
@@ -92,6 +104,8 @@ KEY, EVENT_ID, EVENT_TS, EVENT, CHANGE_KEY, CHANGE_VALUE = (
     "as_of_change_value",
 )
 _OutRow = tuple[str, str, str | None]
+LAYOUT = 2
+"""The layout of a key's state (module docstring)."""
 PRUNE_RESOLUTION_MS = 60_000
 """By default, a key's state is pruned at most this much event time after it could be."""
 SLOTS_PER_BUCKET = 256
@@ -113,6 +127,11 @@ class _KeyState:
     def from_obj(cls, data: Any) -> _KeyState:
         if data is None:
             return cls(versions=VersionedRow(), history_from=None, events={})
+        if data.get("v") != LAYOUT:
+            raise ValueError(
+                f"an as-of join state of layout {data.get('v', 1)}, not {LAYOUT}: the "
+                "checkpoint was written by an earlier riverbed; start with a new checkpoint"
+            )
         return cls(
             versions=VersionedRow.from_obj(data["versions"]),
             history_from=data["history_from"],
@@ -121,6 +140,7 @@ class _KeyState:
 
     def to_obj(self) -> dict[str, Any]:
         return {
+            "v": LAYOUT,
             "versions": self.versions.to_obj(),
             "history_from": self.history_from,
             "events": {i: [ts, event] for i, (ts, event) in self.events.items()},
@@ -189,7 +209,8 @@ class AsOfJoin(KeyedOperator):
         before = len(key_state.versions)
         key_state.versions.prune(horizon)
         if len(key_state.versions) < before:
-            key_state.history_from = key_state.versions.versions[0].ts_ms
+            first = key_state.versions.versions[0]
+            key_state.history_from = None if first.snapshot else first.ts_ms
         self._save(name, key_state, watermark_ms)
         return []  # forgetting writes nothing
 
@@ -261,11 +282,14 @@ class AsOfJoin(KeyedOperator):
 
     def _save(self, table_key: str, state: _KeyState, watermark: int) -> None:
         """Store the key's state, due at the earliest time the horizon passes something:
-        an event kept, or the second version (then the first is no longer needed); not
-        before the next watermark (a late change can make a version prunable already)."""
+        an event kept, or the time from which a version is no longer needed
+        (:meth:`~riverbed.pipelines.operators.versioned_row.VersionedRow.next_prune_ms`);
+        not before the next watermark (a late change can make a version prunable
+        already)."""
         times = [ts for ts, _ in state.events.values()]
-        if len(state.versions) > 1:
-            times.append(state.versions.versions[1].ts_ms)
+        prune_ms = state.versions.next_prune_ms()
+        if prune_ms is not None:
+            times.append(prune_ms)
         due = None
         if times:
             due = max(min(times) + self.retention_ms + 1, watermark + 1)  # horizon past it

@@ -1,21 +1,37 @@
-"""As-of lookups in a table known by its CDC changelog: one key's versions (pure logic of
-:mod:`riverbed.pipelines.operators.as_of_join`; nothing here knows Spark).
+"""As-of lookups in a table known by its CDC changelog: one key's versions (the pure logic
+of :mod:`riverbed.pipelines.operators.as_of_join`; nothing here knows Spark).
 
-A :class:`VersionedRow` is one key's history (one user's profile): versions ``(ts_ms,
-position, row | None)``, None for a deletion, ordered by ``(ts_ms, position)`` so that of
-two changes at the same time the later position wins. :meth:`VersionedRow.as_of` is the
-row of the latest version with ``ts_ms <= ts`` (None if that version is a deletion, or if
-there is none). Versions may arrive in any order (a late change);
+A :class:`VersionedRow` is one key's history (one user's profile): its :class:`Version` s,
+each a change's row (None for a deletion), its time ``ts_ms`` (``source.ts_ms``, the commit
+time) and its position ``(source.commitLsn, source.lsn)``.
+
+**Order.** A key's versions are ordered by the changelog itself (DESIGN.md, "Topics,
+formats and time"): snapshot rows (``op: r``) first, then by position. Commit times need
+not grow in that order (clocks, and the trigger-based capture's ``clock_timestamp()``,
+can step back); the order never depends on them.
+
+**As of a time.** :meth:`VersionedRow.as_of` ``(t)`` is the row of the *latest version in
+changelog order* that is valid at ``t``: a change is valid from its ``ts_ms``; a snapshot
+row says what the row was at the snapshot's consistent point, not when it was last
+changed, so it is valid from the beginning of time (until the key's next change). None if
+that version is a deletion, or if no version is valid at ``t``. So when a change has a
+larger ``ts_ms`` than a later one, it answers no lookup at or after the later one's time.
+
+**Corrections.** Versions may arrive in any order (a replay, a late change);
 :meth:`VersionedRow.changed_by`, called before :meth:`VersionedRow.add`, says which of the
 lookups already answered get a different answer, so the operator can emit corrected rows.
 A version whose position is already known is a replay: ignored. Tombstones add nothing
 (the delete before them recorded the deletion), nor do truncates.
-:meth:`VersionedRow.prune` drops what no lookup at or after the watermark can need: every
-version before the latest one at or below it (that one is kept, deletion or not, as it
-hides a late change older than itself). Lookups below the last pruning watermark are no
-longer exact: the operator treats such clicks as late.
 
-The versions round-trip through a JSON string (:meth:`VersionedRow.to_json`).
+**Pruning.** :meth:`VersionedRow.prune` ``(w)`` drops what no lookup at or after ``w`` can
+need: every version before the latest one (in changelog order) valid at ``w``. That one
+answers every lookup at or after ``w`` unless a later version does, and it is kept,
+deletion or not, as it hides a late version older than itself. Lookups before the first
+version kept's ``ts_ms`` are no longer exact after a prune that dropped versions: the
+operator treats such events as late.
+
+The versions round-trip through JSON (:meth:`VersionedRow.to_obj`, ``[[ts_ms, commit_lsn,
+lsn, snapshot, row], ...]`` in changelog order).
 """
 
 from __future__ import annotations
@@ -29,17 +45,28 @@ from typing import TypeVar
 from riverbed.pipelines.operators.changelog import Change, Op, SourcePosition
 from riverbed.pipelines.operators.rows import Json, Row, dumps
 
-__all__ = ["Version", "VersionedRow"]
+__all__ = ["BEGINNING_MS", "Version", "VersionedRow"]
 
 L = TypeVar("L")
+
+BEGINNING_MS = -(2**63)
+"""The beginning of time: when a snapshot row becomes valid (the smallest Spark LONG)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Version:
     ts_ms: int
+    """``source.ts_ms``: the commit time (a snapshot row's: when it was read)."""
     position: SourcePosition
+    snapshot: bool
+    """A snapshot row (``op: r``): first in the changelog order, valid from the beginning."""
     row: Row | None
     """None: the key was deleted."""
+
+    @property
+    def valid_from_ms(self) -> int:
+        """The earliest lookup time this version may answer (module docstring)."""
+        return BEGINNING_MS if self.snapshot else self.ts_ms
 
     @classmethod
     def of(cls, change: Change, columns: Sequence[str] | None = None) -> Version | None:
@@ -53,15 +80,14 @@ class Version:
         row = change.after
         if row is not None and columns is not None:
             row = {name: row.get(name) for name in columns}
-        return cls(ts_ms=change.ts_ms, position=change.position, row=row)
+        return cls(
+            ts_ms=change.ts_ms, position=change.position, snapshot=change.op is Op.READ, row=row
+        )
 
 
-def _order(version: Version) -> tuple[int, SourcePosition]:
-    return version.ts_ms, version.position
-
-
-def _ts(version: Version) -> int:
-    return version.ts_ms
+def _order(version: Version) -> tuple[bool, SourcePosition]:
+    """The changelog order: snapshot rows first, then by position."""
+    return not version.snapshot, version.position
 
 
 class VersionedRow:
@@ -75,7 +101,7 @@ class VersionedRow:
 
     @property
     def versions(self) -> tuple[Version, ...]:
-        """Oldest first."""
+        """In changelog order."""
         return tuple(self._versions)
 
     def __len__(self) -> int:
@@ -90,9 +116,12 @@ class VersionedRow:
         return True
 
     def as_of(self, ts_ms: int) -> Row | None:
-        """The row of the latest version at or before ``ts_ms`` (None: deleted or unknown)."""
-        i = bisect.bisect_right(self._versions, ts_ms, key=_ts)
-        return self._versions[i - 1].row if i else None
+        """The row of the latest version valid at ``ts_ms`` (None: deleted or unknown).
+        Backwards from the latest: a lookup near the present stops at once."""
+        for version in reversed(self._versions):
+            if version.valid_from_ms <= ts_ms:
+                return version.row
+        return None
 
     def changed_by(self, version: Version, lookups: Iterable[tuple[L, int]]) -> list[L]:
         """The ids of the ``(id, ts_ms)`` lookups whose :meth:`as_of` answer changes when
@@ -100,31 +129,45 @@ class VersionedRow:
         if version.position in self._positions:
             return []
         i = bisect.bisect_left(self._versions, _order(version), key=_order)
-        previous = self._versions[i - 1].row if i else None
-        if previous == version.row:
-            return []
-        # The new version answers [its ts, the next version's ts); the previous one did.
-        start = version.ts_ms
-        end = self._versions[i].ts_ms if i < len(self._versions) else None
-        return [name for name, ts in lookups if start <= ts and (end is None or ts < end)]
+        # The new version answers the lookups it is valid at unless a later version is
+        # valid there too, and changes those whose answer now is another row.
+        start = version.valid_from_ms
+        end = min((v.valid_from_ms for v in self._versions[i:]), default=None)
+        return [
+            name
+            for name, ts in lookups
+            if start <= ts and (end is None or ts < end) and self.as_of(ts) != version.row
+        ]
 
     def prune(self, watermark_ms: int) -> None:
-        """Drop the versions before the latest one at or below ``watermark_ms``."""
-        i = bisect.bisect_right(self._versions, watermark_ms, key=_ts) - 1
-        if i > 0:
-            self._positions.difference_update(v.position for v in self._versions[:i])
-            del self._versions[:i]
+        """Drop the versions before the latest one valid at ``watermark_ms``."""
+        anchor = next(
+            (
+                i
+                for i in range(len(self._versions) - 1, -1, -1)
+                if self._versions[i].valid_from_ms <= watermark_ms
+            ),
+            0,
+        )
+        if anchor > 0:
+            self._positions.difference_update(v.position for v in self._versions[:anchor])
+            del self._versions[:anchor]
+
+    def next_prune_ms(self) -> int | None:
+        """The smallest watermark at which :meth:`prune` drops a version (None: it drops
+        none, there being one version or none)."""
+        return min((v.valid_from_ms for v in self._versions[1:]), default=None)
 
     def to_obj(self) -> list[list[Json]]:
-        """The versions as JSON-able data; :meth:`to_json` is its JSON text."""
-        return [[v.ts_ms, *v.position, v.row] for v in self._versions]
+        """The versions as JSON-able data (module docstring); :meth:`to_json` is its text."""
+        return [[v.ts_ms, *v.position, v.snapshot, v.row] for v in self._versions]
 
     @classmethod
     def from_obj(cls, data: list[list[Json]]) -> VersionedRow:
         """The state that :meth:`to_obj` gave (trusted: it is the operator's own)."""
         return cls(
-            Version(ts_ms=ts, position=SourcePosition(commit_lsn, lsn), row=row)
-            for ts, commit_lsn, lsn, row in data
+            Version(ts_ms=ts, position=SourcePosition(commit_lsn, lsn), snapshot=snapshot, row=row)
+            for ts, commit_lsn, lsn, snapshot, row in data
         )
 
     def to_json(self) -> str:

@@ -1,9 +1,10 @@
 """The ``enriched_clicks`` pipeline (DESIGN.md): each click with its user's profile as it was
 at the click's event time, from the ``shop.public.users`` changelog.
 
-A stream-table join, as of each click's ``ts``: the latest change of the user with
-``source.ts_ms <= ts``; a deleted or never-seen user gives nulls. The users table is kept as
-local state fed by its changelog, versioned by change time, and a profile change that
+A stream-table join, as of each click's ``ts``: the latest change of the user (in
+changelog order) with ``source.ts_ms <= ts``, a snapshot row counting as valid from the
+beginning of time; a deleted or never-seen user gives nulls. The users table is kept as
+local state fed by its changelog, versioned in changelog order, and a profile change that
 arrives after the clicks it applies to corrects them: the click is written again, keyed by
 ``click_id``, so the last value per key is the answer over every change
 (:mod:`riverbed.pipelines.operators.as_of_join`).
