@@ -1,7 +1,8 @@
 """Reusable stream operators on PySpark's stateful streaming (``transformWithStateInPandas``):
 what a user builds a pipeline from. Each takes DataFrames from the riverbed source and
 gives rows for the riverbed sink (``topic``, ``key``, ``value``: :data:`OUTPUT_SCHEMA`), so
-that results and side outputs are written in the same transaction, exactly once.
+that results and side outputs are written in the same transaction, exactly once; the
+interval join gives rows of the caller's schema, for a next stage or the sink.
 
 One module per operator (its pure logic, which knows nothing of Spark and which the tests
 call directly, in the module after the arrow):

@@ -4,8 +4,8 @@ PySpark 4.3 calls a ``transformWithStateInPandas`` processor once per grouping k
 micro-batch, and each call has a fixed cost of about 0.65 ms on our machine: a pandas
 DataFrame in and one out, the implicit key set and removed, and every state access a round
 trip over a socket to the JVM. An operator whose key has one or two records per batch (a
-search id, an order id) then spends most of its time there: ``search_ctr`` ran at 720
-events/s that way.
+search id, an order id) then spends most of its time there: an interval join keyed by
+search id ran at 720 events/s that way.
 
 Grouping by a **bucket** of the key instead (:func:`bucket_of`, a hash modulo
 :data:`BUCKETS`) makes that cost once per bucket and batch. Within a bucket each key keeps

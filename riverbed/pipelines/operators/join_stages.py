@@ -3,7 +3,7 @@ its three stages (:mod:`riverbed.pipelines.operators.changelog_join` runs them o
 :mod:`riverbed.pipelines.operators.changelog` parses and orders the changes). Nothing here
 knows Spark; every state round-trips through a JSON string.
 
-A :class:`JoinSpec` names the parts (``category_sales``: per category, the count, units and
+A :class:`JoinSpec` names the parts (for example, per category, the count, units and
 revenue of the non-cancelled ``orders ⨝ products``): the left table (orders) is joined on
 its column ``join_key`` to the right table's primary key (products: at most one right row
 per join key); each (left, right) pair gives measures (integers, exact) or None (left out:
