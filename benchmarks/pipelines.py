@@ -62,7 +62,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 import riverbed.spark
-from riverbed.pipelines.catalog import PIPELINES
+from riverbed.pipelines.shop import PIPELINES
 
 PIPELINE = PIPELINES["page_views_per_minute"]
 INPUT, OUTPUT, LATE = "page_views", "page_views_per_minute", "late_events"

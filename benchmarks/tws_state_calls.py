@@ -2,9 +2,10 @@
 
     .venv/bin/python benchmarks/tws_state_calls.py [--keys 40000] [--groups 8] [--batches 4]
 
-Why riverbed's per-key operators group by a hash bucket (:mod:`riverbed.pipelines.buckets`):
-PySpark runs the processor in a Python worker and every state access is a round trip over
-a socket to the JVM. This measures, inside ``handleInputRows``, the time per
+Why riverbed's per-key operators group by a hash bucket
+(:mod:`riverbed.pipelines.operators.buckets`): PySpark runs the processor in a Python
+worker and every state access is a round trip over a socket to the JVM. This measures,
+inside ``handleInputRows``, the time per
 ``MapState.getValue`` and per ``updateValue`` (a 100-character value), and the fixed cost
 of a group (a query whose every key is a group of its own, against one with ``--groups``
 groups, over the same records). ``--keys`` records (distinct keys) are written as Parquet

@@ -40,8 +40,8 @@ from riverbed.cdc.capture import CaptureConfig
 from riverbed.cdc.capture import run as run_capture
 from riverbed.demo_pipelines import start
 from riverbed.local_postgres import PostgresCluster
-from riverbed.pipelines.catalog import PIPELINES
 from riverbed.pipelines.runner import ensure_outputs
+from riverbed.pipelines.shop import PIPELINES
 from riverbed.workloads.database import ShopDatabase
 from riverbed.workloads.shop import ShopConfig
 from riverbed.workloads.sink import SinkConfig, run_shop

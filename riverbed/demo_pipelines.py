@@ -31,8 +31,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 import riverbed.spark
-from riverbed.pipelines.catalog import PIPELINES
 from riverbed.pipelines.runner import ensure_outputs
+from riverbed.pipelines.shop import PIPELINES
 from riverbed.workloads.shop import ShopConfig, events
 
 PIPELINE = "page_views_per_minute"

@@ -58,6 +58,7 @@ def add_parser(commands: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from riverbed.pipelines.runner import PipelineError, RunConfig, run
+    from riverbed.pipelines.shop import PIPELINES
 
     stop = {"requested": False}
 
@@ -77,6 +78,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         run(
             config,
+            pipelines=PIPELINES,
             say=lambda line: print(f"riverbed pipeline: {line}", file=sys.stderr, flush=True),
             stopping=lambda: stop["requested"],
         )
@@ -86,7 +88,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from riverbed.pipelines.catalog import PIPELINES
+    from riverbed.pipelines.shop import PIPELINES
 
     for pipeline in PIPELINES.values():
         print(pipeline.name)

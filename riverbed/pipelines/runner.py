@@ -1,4 +1,6 @@
-"""Running one pipeline: ``riverbed pipeline run NAME`` (:func:`run`).
+"""Running one pipeline: ``riverbed pipeline run NAME`` (:func:`run`), any
+:class:`~riverbed.pipelines.pipeline.Pipeline` of a catalog given by name (the shop's:
+:data:`riverbed.pipelines.shop.PIPELINES`).
 
 The query reads the pipeline's input topics through the riverbed data source (from the
 earliest offsets on its first run) and writes its rows through the riverbed sink, exactly
@@ -17,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 import riverbed.spark
-from riverbed.pipelines.catalog import PIPELINES, Pipeline
+from riverbed.pipelines.pipeline import Pipeline
 
 __all__ = ["PipelineError", "RunConfig", "ensure_outputs", "progress_line", "run"]
 
@@ -107,12 +109,19 @@ def _offsets(value: Any) -> dict[tuple[str, str], int]:
     }
 
 
-def run(config: RunConfig, *, say: Callable[[str], None], stopping: Callable[[], bool]) -> None:
-    """Run the pipeline until ``stopping()`` (module docstring)."""
-    pipeline = PIPELINES.get(config.name)
+def run(
+    config: RunConfig,
+    *,
+    pipelines: Mapping[str, Pipeline],
+    say: Callable[[str], None],
+    stopping: Callable[[], bool],
+) -> None:
+    """Run the pipeline ``config.name`` of ``pipelines`` until ``stopping()`` (module
+    docstring)."""
+    pipeline = pipelines.get(config.name)
     if pipeline is None:
         raise PipelineError(
-            f"no pipeline {config.name!r}; the pipelines are: {', '.join(sorted(PIPELINES))}"
+            f"no pipeline {config.name!r}; the pipelines are: {', '.join(sorted(pipelines))}"
         )
     if config.trigger_ms <= 0:
         raise PipelineError("--trigger-ms must be positive")

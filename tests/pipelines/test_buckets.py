@@ -1,4 +1,4 @@
-"""Per-key states and timers within a bucket (riverbed.pipelines.buckets), on an in-memory
+"""Per-key states and timers within a bucket (riverbed.pipelines.operators.buckets), on an in-memory
 handle that behaves as Spark's map states and event-time timers do."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from riverbed.pipelines.buckets import KeyedStates, round_up
+from riverbed.pipelines.operators.buckets import KeyedStates, round_up
 
 
 class MemoryMapState:

@@ -1,4 +1,4 @@
-"""The CEP pattern matcher of riverbed.pipelines.cep, against brute-force references: the
+"""The CEP pattern matcher of riverbed.pipelines.operators.cep, against brute-force references: the
 module docstring's definition tried on every assignment of events to steps, and the
 fraud_alerts contract sentence."""
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from riverbed.pipelines.cep import (
+from riverbed.pipelines.operators.cep import (
     ONCE,
     Contiguity,
     Event,

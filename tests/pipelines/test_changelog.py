@@ -1,5 +1,5 @@
-"""Changelogs as tables (riverbed.pipelines.changelog): parsing, against a fake capture that
-keeps the true table, with replays and compaction."""
+"""Changelogs as tables (riverbed.pipelines.operators.changelog): parsing, against a fake
+capture that keeps the true table, with replays and compaction."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from riverbed.pipelines.changelog import (
+from riverbed.pipelines.operators.changelog import (
     UNAVAILABLE_VALUE,
     Change,
     MalformedChange,
@@ -19,10 +19,10 @@ from riverbed.pipelines.changelog import (
     RowState,
     SourcePosition,
     Table,
-    json_text,
     lsn_of,
     parse_change,
 )
+from riverbed.pipelines.operators.rows import json_text
 
 Record = tuple[bytes, bytes | None]
 

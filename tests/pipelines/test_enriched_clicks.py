@@ -1,11 +1,13 @@
 """enriched_clicks: clicks joined with the user's profile as of the click's time.
 
-Unit tests of the as-of join operator (riverbed.pipelines.temporal_join.AsOfJoin) through
+Unit tests of the as-of join operator (riverbed.pipelines.operators.as_of_join.AsOfJoin) through
 PySpark's TwsTester, then the pipeline in a real Spark session against a real broker, fed by
 an independent generator of users changes in riverbed's CDC format and of clicks, and
 checked against a plain-Python reference written from DESIGN.md's sentence: "each click
 with the user's profile as it was at the click's event time (the latest change with
-source.ts_ms <= click.ts; a deleted or never-seen user gives nulls)".
+source.ts_ms <= click.ts, a snapshot row counting as valid from the beginning of time; a
+deleted or never-seen user gives nulls)", the changes in changelog order (snapshot rows
+first, then (commitLsn, lsn)).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 import pandas as pd
 from pyspark.sql.streaming.tws_tester import TwsTester
 
-from riverbed.pipelines.temporal_join import (
+from riverbed.pipelines.operators.as_of_join import (
     CHANGE_KEY,
     CHANGE_VALUE,
     EVENT,
@@ -100,17 +102,18 @@ class Users:
 
 
 def profile_of(users: list[tuple[int, bytes, bytes | None]], user: str, ts: int) -> list[Any]:
-    """DESIGN.md: the latest change of the user with source.ts_ms <= ts (later position
-    first at the same time); nulls if it is a delete or if there is none."""
-    latest: tuple[int, int, int] | None = None
+    """DESIGN.md: the latest change of the user in changelog order (snapshot rows first,
+    then (commitLsn, lsn)) with source.ts_ms <= ts, a snapshot row counting as valid from
+    the beginning of time; nulls if it is a delete or if there is none."""
+    latest: tuple[bool, int, int] | None = None
     answer: list[Any] = [None] * len(PROFILE)
     for _, key, value in users:
         if value is None or json.loads(key)["user_id"] != user:
             continue  # a tombstone: its delete is the change
         envelope = json.loads(value)
-        source = envelope["source"]
-        order = (source["ts_ms"], source["commitLsn"], source["lsn"])
-        if source["ts_ms"] <= ts and (latest is None or order > latest):
+        source, snapshot = envelope["source"], envelope["op"] == "r"
+        order = (not snapshot, source["commitLsn"], source["lsn"])
+        if (snapshot or source["ts_ms"] <= ts) and (latest is None or order > latest):
             latest = order
             after = envelope["after"] if envelope["op"] != "d" else None
             answer = [None if after is None else after[name] for name in PROFILE]
@@ -192,11 +195,12 @@ def test_clicks_join_the_profile_as_of_their_time_and_late_changes_correct_them(
     t = join_tester()
     users = Users()
     users.snapshot(1_000, [row("ann", "gold")])
-    # A click before the snapshot's time, one at it, one after.
+    # A click before the snapshot's read time, one at it, one after: the snapshot row is
+    # valid from the beginning of time.
     got = t.testInPandas(
         BUCKET_U1, batch("u1", clicks=[("c0", 999), ("c1", 1_000), ("c2", 1_500)], users=users)
     )
-    assert answers(got) == {"c0": (None, None), "c1": ("ann", "gold"), "c2": ("ann", "gold")}
+    assert answers(got) == {"c0": ("ann", "gold"), "c1": ("ann", "gold"), "c2": ("ann", "gold")}
     # Late: an update at 1200 corrects c2 only; an update of the email alone corrects none.
     late = Users(lsn=users.lsn)
     late.transaction(1_200, [("u", "u1", row("ann", "silver"))])
@@ -211,10 +215,14 @@ def test_clicks_join_the_profile_as_of_their_time_and_late_changes_correct_them(
     more.transaction(3_000, [("c", "u1", row("bob", "new")), ("u", "u1", row("bob", "vip"))])
     got = t.testInPandas(BUCKET_U1, batch("u1", clicks=[("c3", 2_500), ("c4", 3_000)], users=more))
     assert answers(got) == {"c3": (None, None), "c4": ("bob", "vip")}
-    # A late delete before c2: c2 loses its profile (c3 and c4 are not changed).
+    # A delete committed at 1400, after all that in the log (the committing server's clock
+    # stepped back): the latest change from 1400 on, so c2, c3 and c4 lose their profile.
     gone = Users(lsn=more.lsn)
     gone.transaction(1_400, [("d", "u1", None)])
-    assert answers(t.testInPandas(BUCKET_U1, batch("u1", users=gone))) == {"c2": (None, None)}
+    assert answers(t.testInPandas(BUCKET_U1, batch("u1", users=gone))) == {
+        "c2": (None, None),
+        "c4": (None, None),
+    }  # c3 had none already
     # A click without a user: nulls, nothing kept.
     got = t.testInPandas(BUCKET_NONE, batch(None, clicks=[("c5", 2_000)]))
     assert out(got) == [("out", "c5", {"click_id": "c5", "user_id": None, "ts": 2_000, "name": None,
@@ -252,18 +260,25 @@ def test_retention_forgets_what_the_horizon_passed_and_reports_late_inputs() -> 
     assert "ts 6500 is more than 10000 ms behind the watermark 17002" in got[1][2]["reason"]
     assert "the history before 5000 was discarded" in got[3][2]["reason"]
     assert list(kept(t, BUCKET_U1)["u1"][0]["events"]) == ["c2"]
-    # A change older than the horizon: applied (no click kept is at its time), reported.
+    # A change older than the horizon, committed after the one at 30000 (the committing
+    # server's clock stepped back): applied, and as the latest change from 6800 on it
+    # corrects c2; reported.
     late = Users(lsn=users.lsn)
     late.transaction(6_800, [("u", "u1", row("ann", "platinum"))])
     got = out(t.testInPandas(BUCKET_U1, batch("u1", users=late)))
-    assert len(got) == 1 and got[0][0] == "late"
+    assert [(topic, c if topic == "out" else None) for topic, c, _ in got] == [
+        ("late", None),
+        ("out", "c2"),
+    ]
     assert got[0][1]["user_id"] == "u1" and got[0][2]["source_ts_ms"] == 6_800
     assert "change at 6800 is more than 10000 ms behind" in got[0][2]["reason"]
-    # Once the horizon passes every click and version but the last: the current row only.
+    assert got[1][2]["tier"] == "platinum"
+    # Once the horizon passes every click and version but the last (in changelog order):
+    # the current row only.
     t.setWatermark(30_000 + RETENTION + 2_000)
     state, listed = kept(t, BUCKET_U1)["u1"]
-    assert state["events"] == {} and [v[0] for v in state["versions"]] == [30_000]
-    assert state["history_from"] == 30_000 and listed is None  # nothing left to prune
+    assert state["events"] == {} and [v[0] for v in state["versions"]] == [6_800]
+    assert state["history_from"] == 6_800 and listed is None  # nothing left to prune
 
 
 # -- the pipeline in Spark ---------------------------------------------------------------
@@ -278,7 +293,9 @@ class Shop:
 def generate(seed: int, minutes: int) -> Shop:
     """Users u0-u11 in a snapshot at BASE, u12-u15 created later, u16-u19 never seen;
     updates (of profile columns, or of the email alone), deletes, re-creations, two changes
-    of a user in one transaction; clicks of all of them, some at exactly a change's time."""
+    of a user in one transaction, one change committed with a clock 15 s behind the change
+    before it; clicks of all of them, some at exactly a change's time, one before the
+    snapshot's read time."""
     rng = random.Random(seed)
     users = Users()
     live = {f"u{i}": row(f"n{i}", rng.choice(["free", "gold"]), user=f"u{i}") for i in range(12)}
@@ -287,6 +304,7 @@ def generate(seed: int, minutes: int) -> Shop:
     t = BASE + 20_000
     scripted = {12: [("d", "u3")], 21: [("c", "u3")], 33: [("u", "u4"), ("u", "u4")]}
     done: set[int] = set()
+    skewed = False
     while t < BASE + minutes * MINUTE:
         minute = (t - BASE) // MINUTE
         if minute in scripted and minute not in done:
@@ -315,6 +333,13 @@ def generate(seed: int, minutes: int) -> Shop:
         for _, user, _ in changes:
             if rng.random() < 0.4:
                 clicks.append((user, t))  # at exactly the change's time
+        updated = [(user, new) for _, user, new in changes if new is not None]
+        if not skewed and t >= BASE + 45 * MINUTE and updated:
+            skewed = True  # the next commit's clock is 15 s behind: the changelog decides
+            user, new = updated[-1]
+            live[user] = {**new, "tier": "skewed"}
+            users.transaction(t - 15_000, [("u", user, live[user])])
+            clicks += [(user, t - 10_000), (user, t), (user, t + 1_000)]
         t += rng.randrange(20_000, 80_000)
     for _ in range(minutes * 5):
         clicks.append((f"u{rng.randrange(20)}", BASE + rng.randrange(minutes * MINUTE)))
@@ -387,19 +412,21 @@ def test_enriched_clicks_with_late_changes_a_kill_and_retention(
     for click in far:
         produce(bootstrap, "clicks", [click])
         wait_for(pipeline, bootstrap, {click["click_id"]})
-    # enrich.py's retention: a user's history is kept from its latest change at or before
-    # the horizon; a click before that needs a version discarded if there was an older one.
+    # The as-of join's retention: a user's history is kept from its latest change (in
+    # changelog order) valid at the horizon; a click before that change's time needs a
+    # version discarded if there was an older one (nothing is before a snapshot row).
     horizon = BASE + 138 * MINUTE
-    times = defaultdict(list)
-    for ts, key, value in shop.users.records:
+    history: dict[str, list[tuple[int, bool]]] = defaultdict(list)
+    for ts, key, value in shop.users.records:  # in changelog order
         if value is not None and ts <= horizon:
-            times[json.loads(key)["user_id"]].append(ts)
+            history[json.loads(key)["user_id"]].append((ts, json.loads(value)["op"] == "r"))
 
     def discarded(user: str, ts: int) -> bool:
-        return len(times[user]) > 1 and ts < max(times[user])
+        last_ts, snapshot = history[user][-1]
+        return len(history[user]) > 1 and not snapshot and ts < last_ts
 
-    inexact_user = next(u for u in sorted(times) if discarded(u, BASE + 70 * MINUTE))
-    exact_user = next(u for u in sorted(times) if not discarded(u, BASE + 75 * MINUTE))
+    inexact_user = next(u for u in sorted(history) if discarded(u, BASE + 70 * MINUTE))
+    exact_user = next(u for u in sorted(history) if not discarded(u, BASE + 75 * MINUTE))
     stragglers = [
         {"click_id": "late-x", "search_id": None, "user_id": inexact_user, "product_id": "p1",
          "ts": BASE + 70 * MINUTE},
@@ -414,6 +441,18 @@ def test_enriched_clicks_with_late_changes_a_kill_and_retention(
     records = read_committed(bootstrap, "enriched_clicks")
     final = changelog(records)
     assert set(final) == {json.dumps({"click_id": c["click_id"]}) for c in all_clicks}
+    # A click before the snapshot's read time has the profile the snapshot saw.
+    (early,) = [c for c in all_clicks if c["ts"] < BASE]
+    snapshot_row = next(
+        envelope["after"]
+        for envelope in (json.loads(v) for _, _, v in shop.users.records if v is not None)
+        if envelope["op"] == "r" and envelope["after"]["user_id"] == early["user_id"]
+    )
+    assert snapshot_row["name"] == "n1"  # read at BASE, after the click
+    assert final[json.dumps({"click_id": early["click_id"]})] == {
+        **early,
+        **{name: snapshot_row[name] for name in PROFILE},
+    }
     for click in all_clicks:
         if click["click_id"] != "late-x":  # its history was discarded (reported below)
             assert final[json.dumps({"click_id": click["click_id"]})] == enriched(

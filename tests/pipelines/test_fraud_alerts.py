@@ -19,8 +19,8 @@ import pandas as pd
 from confluent_kafka import Producer
 from pyspark.sql.streaming.tws_tester import TwsTester
 
-from riverbed.pipelines.cep_operator import KEY, TIMER_RESOLUTION_MS
-from riverbed.pipelines.fraud import alerts_processor
+from riverbed.pipelines.operators.pattern_matches import KEY, TIMER_RESOLUTION_MS
+from riverbed.pipelines.shop.fraud_alerts import alerts_processor
 from tests.conftest import BrokerProcess
 from tests.pipelines.support import (
     BASE,

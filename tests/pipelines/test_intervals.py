@@ -6,9 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from riverbed.pipelines.intervals import IntervalJoin, IntervalJoinState, LeftRow, RightRow
+from riverbed.pipelines.operators.intervals import (
+    IntervalJoinState,
+    JoinInterval,
+    LeftRow,
+    RightRow,
+)
 
-CONDITION = IntervalJoin(lower_ms=0, upper_ms=100)
+CONDITION = JoinInterval(lower_ms=0, upper_ms=100)
 ROWS = st.lists(
     st.tuples(st.booleans(), st.integers(0, 1000), st.integers(0, 4)), min_size=1, max_size=40
 )
@@ -86,6 +91,6 @@ def test_expiry_times_follow_the_bounds() -> None:
 
 def test_bad_interval_and_bad_state() -> None:
     with pytest.raises(ValueError, match="empty interval"):
-        IntervalJoin(lower_ms=5, upper_ms=4)
+        JoinInterval(lower_ms=5, upper_ms=4)
     with pytest.raises(ValueError, match="version 1"):
         IntervalJoinState.from_json('{"v": 2}')

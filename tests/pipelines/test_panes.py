@@ -10,7 +10,7 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from riverbed.pipelines.operators import count_panes
+from riverbed.pipelines.operators.windowed_counts import count_panes
 
 FIELDS = ["event_id", "user_id", "page", "ts"]
 SCHEMA = pa.schema(

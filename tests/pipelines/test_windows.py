@@ -1,4 +1,4 @@
-"""The pure window logic of riverbed.pipelines.windows, against brute-force references."""
+"""The pure window logic of riverbed.pipelines.operators.windows, against brute-force references."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from riverbed.pipelines.windows import (
+from riverbed.pipelines.operators.windows import (
     Session,
     closed_sessions,
     counts_by_window,

@@ -3,51 +3,63 @@ with the row its key had, at the event's time, in a table known by its CDC chang
 corrections when a change arrives late (:class:`AsOfJoin`, applied by :func:`as_of_join`).
 
 **What it computes.** An event (a click) is joined with its table key's (its user's) row as
-of the event's time ``ts``: the latest change of that key with ``source.ts_ms <= ts`` (of
-two changes at the same time, the later position), its ``columns`` (a user's profile);
-nulls when that change is a delete, or when there is none (a user never seen, or not yet
-created then). The output is a changelog keyed by the event's id: an event is emitted as
-soon as it arrives, joined with the changes seen so far, and emitted again each time a
-change that arrives later (a *late* change: the capture lags behind the clickstream) gives
-it another row. The last value per id is the answer over every change.
+of the event's time ``ts``: the latest change of that key, in changelog order (snapshot
+rows first, then ``(source.commitLsn, source.lsn)``), with ``source.ts_ms <= ts``, a
+snapshot row counting as valid from the beginning of time (it says what the row was at the
+snapshot's consistent point, not when it was last changed); its ``columns`` (a user's
+profile); nulls when that change is a delete, or when there is none (a user never seen, or
+not yet created then). Commit times need not grow in changelog order: the order decides
+(:mod:`~riverbed.pipelines.operators.versioned_row`). The output is a changelog keyed by
+the event's id: an event is emitted as soon as it arrives, joined with the changes seen so
+far, and emitted again each time a change that arrives later (a *late* change: the capture
+lags behind the clickstream) gives it another row. The last value per id is the answer
+over every change.
 
 **Input.** The events and the table's change records in one DataFrame, read in one pass
 and grouped by the table key (:func:`as_of_join` builds it), so one group holds a key's
 events and changes. Changes are parsed here
-(:func:`riverbed.pipelines.changelog.parse_change`; malformed ones are left out).
+(:func:`riverbed.pipelines.operators.changelog.parse_change`; malformed ones are left out).
 Tombstones add nothing (the delete before them made the deletion) and are left out before
 the shuffle; truncates (key ``{}``, no table key) are not supported and ignored, as
 they would have to reach every key's state. Events without an id or a time are left out;
 events without a table key are emitted with nulls and not kept.
 
 **State, per table key** (Spark's RocksDB state store, checkpointed with the query), kept by
-:class:`riverbed.pipelines.buckets.KeyedStates`: the operator groups by a hash bucket of
-the table key (one group per user made PySpark's fixed cost per group the bulk of the
-work), and a key's state is one JSON object in a slot of its bucket:
+:class:`riverbed.pipelines.operators.buckets.KeyedStates` (map state ``keys``): the operator
+groups by a hash bucket of the table key (one group per user made PySpark's fixed cost per
+group the bulk of the work), and a key's state is one JSON object in a slot of its bucket:
 
-- ``versions``: the key's :class:`~riverbed.pipelines.joins.VersionedRow` (its versions by
-  change time) and ``history_from`` (after a prune that dropped versions: the time of the
-  oldest version kept, below which lookups are no longer exact);
+- ``v``: the layout, 2 (layout 1 ordered versions by change time and had no snapshot
+  flag: a checkpoint written with it needs a fresh start);
+- ``versions``: the key's :class:`~riverbed.pipelines.operators.versioned_row.VersionedRow`
+  (its versions in changelog order, each ``[ts_ms, commit_lsn, lsn, snapshot, row]``) and
+  ``history_from`` (after a prune that dropped versions: the time of the first version
+  kept, below which lookups are no longer exact; null if that is a snapshot row);
 - ``events``: id -> (ts, event), the events emitted that a late change may correct.
 
 **Retention, and what is late.** Event time (EventTime mode) is the events' ``ts`` and the
 changes' ``source.ts_ms``; the watermark follows both. The *horizon* is the watermark minus
 ``retention_ms``. Everything is kept for corrections until the horizon passes its time:
 then, at the key's timer (the earliest time something becomes prunable, rounded up to
-:data:`PRUNE_RESOLUTION_MS`), the events below
-the horizon are forgotten (their answer is final) and so are the versions no lookup at or
-after it needs (:meth:`~riverbed.pipelines.joins.VersionedRow.prune`: every version before
-the latest one at or below the horizon). A key's state shrinks to its current row (or its
-deletion, which hides older late changes) once nothing is left to correct. What arrives
-below the horizon is not silently wrong:
+:data:`PRUNE_RESOLUTION_MS`), the events below the horizon are forgotten (their answer is
+final) and so are the versions no lookup at or after it needs
+(:meth:`~riverbed.pipelines.operators.versioned_row.VersionedRow.prune`: every version
+before the latest one, in changelog order, valid at the horizon). A key's state shrinks to
+its current row (or its deletion, which hides older late changes) once nothing is left to
+correct. What arrives below the horizon is not silently wrong:
 
 - an event: emitted as usual, joined with the history kept, but not kept for corrections,
   and also written to ``late_topic`` (keyed by its id: the event and the ``reason``). The
   answer is exact (as of the changes seen) when ``ts`` is at or after ``history_from``;
   otherwise the versions it needs were discarded and the reason says it may be wrong;
-- a change: it corrects the events still kept as usual, but the events below the horizon
-  it applies to may have been forgotten already; it is written to ``late_topic`` (keyed by
-  the table key and the change's position) with the reason.
+- a change (its ``source.ts_ms`` below the horizon; for a snapshot row, its read time): it
+  corrects the events still kept as usual, but the events below the horizon it applies to
+  may have been forgotten already; it is written to ``late_topic`` (keyed by the table key
+  and the change's position) with the reason. A snapshot row applies to earlier events
+  too, but is reported only when read below the horizon: it is the first record of its
+  key, and the events of the key forgotten before it arrives (only if the events ran more
+  than ``retention_ms`` ahead of the capture's snapshot) keep the nulls they were joined
+  with, unreported.
 
 **Within a micro-batch**, a key's changes are applied before its events are joined, so an
 event is emitted once per batch, with every change of the batch and before. An event is
@@ -64,30 +76,20 @@ state of about a 16,384th of the keys (:data:`SLOTS_PER_BUCKET` slots per bucket
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.streaming.stateful_processor import (
-    ExpiredTimerInfo,
-    StatefulProcessor,
-    StatefulProcessorHandle,
-    TimerValues,
-)
 from pyspark.sql.types import StructType
 
-from riverbed.pipelines.buckets import BUCKET, KeyedStates, bucket_of
-from riverbed.pipelines.changelog import Change, MalformedChange, Row, parse_change
-from riverbed.pipelines.joins import Version, VersionedRow
-from riverbed.pipelines.operators import (
-    OUTPUT_SCHEMA,
-    dumps,
-    output_rows,
-    with_event_time,
-)
+from riverbed.pipelines.operators.base import OUTPUT_SCHEMA, KeyedOperator, OutputRows, by_bucket
+from riverbed.pipelines.operators.changelog import Change, MalformedChange, parse_change
+from riverbed.pipelines.operators.inputs import with_event_time
+from riverbed.pipelines.operators.rows import Row, dumps
+from riverbed.pipelines.operators.versioned_row import Version, VersionedRow
 
 __all__ = ["AsOfJoin", "as_of_join"]
 
@@ -102,10 +104,12 @@ KEY, EVENT_ID, EVENT_TS, EVENT, CHANGE_KEY, CHANGE_VALUE = (
     "as_of_change_value",
 )
 _OutRow = tuple[str, str, str | None]
+LAYOUT = 2
+"""The layout of a key's state (module docstring)."""
 PRUNE_RESOLUTION_MS = 60_000
 """By default, a key's state is pruned at most this much event time after it could be."""
 SLOTS_PER_BUCKET = 256
-"""More slots than :data:`~riverbed.pipelines.buckets.SLOTS`: every table key has a state
+"""More slots than :data:`~riverbed.pipelines.operators.buckets.SLOTS`: every table key has a state
 (a user's profile versions), so the slots are large, and a small micro-batch should not
 rewrite much more than it changes."""
 
@@ -123,6 +127,11 @@ class _KeyState:
     def from_obj(cls, data: Any) -> _KeyState:
         if data is None:
             return cls(versions=VersionedRow(), history_from=None, events={})
+        if data.get("v") != LAYOUT:
+            raise ValueError(
+                f"an as-of join state of layout {data.get('v', 1)}, not {LAYOUT}: the "
+                "checkpoint was written by an earlier riverbed; start with a new checkpoint"
+            )
         return cls(
             versions=VersionedRow.from_obj(data["versions"]),
             history_from=data["history_from"],
@@ -131,17 +140,18 @@ class _KeyState:
 
     def to_obj(self) -> dict[str, Any]:
         return {
+            "v": LAYOUT,
             "versions": self.versions.to_obj(),
             "history_from": self.history_from,
             "events": {i: [ts, event] for i, (ts, event) in self.events.items()},
         }
 
 
-class AsOfJoin(StatefulProcessor):
+class AsOfJoin(KeyedOperator):
     """The as-of join of events with a changelog table (module docstring). Spark calls
-    ``init`` once per task and partition, ``handleInputRows`` once per key and micro-batch
-    with input, and ``handleExpiredTimer`` when the watermark passes a key's timer; the
-    object is pickled to the executors."""
+    ``init`` once per task and partition, ``handleInputRows`` once per bucket and
+    micro-batch with input, and ``handleExpiredTimer`` when the watermark passes a bucket's
+    timer; the object is pickled to the executors."""
 
     def __init__(
         self,
@@ -158,25 +168,22 @@ class AsOfJoin(StatefulProcessor):
             raise ValueError(f"retention_ms must be positive, not {retention_ms}")
         if prune_resolution_ms <= 0:
             raise ValueError(f"prune_resolution_ms must be positive, not {prune_resolution_ms}")
+        super().__init__(
+            output_schema=OUTPUT_SCHEMA,
+            state_name="keys",
+            resolution_ms=prune_resolution_ms,
+            slots=SLOTS_PER_BUCKET,
+        )
         self.id_field, self.ts_field = id_field, ts_field
         self.columns = list(columns)
         self.topic, self.late_topic = topic, late_topic
         self.retention_ms, self.prune_resolution_ms = retention_ms, prune_resolution_ms
 
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.states = KeyedStates(
-            handle, "keys", resolution_ms=self.prune_resolution_ms, slots=SLOTS_PER_BUCKET
-        )
+    # -- the hooks (riverbed.pipelines.operators.base) ------------------------------------
 
-    # -- Spark's callbacks ---------------------------------------------------------------
-
-    def handleInputRows(
-        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
-    ) -> Iterator[pd.DataFrame]:
-        batch = pd.concat(list(rows), ignore_index=True)
-        watermark = timerValues.getCurrentWatermarkInMs()
-        horizon = watermark - self.retention_ms
-        out: list[_OutRow] = []
+    def on_input(self, key: Any, batch: pd.DataFrame, watermark_ms: int) -> OutputRows:
+        horizon = watermark_ms - self.retention_ms
+        out: OutputRows = []
         for table_key, (events, changes) in _by_key(batch, self.columns).items():
             if table_key is None:  # no table key: nothing to join with, nothing to correct
                 out += [self._joined(event, None) for _, _, event in events]
@@ -184,37 +191,28 @@ class AsOfJoin(StatefulProcessor):
             state = _KeyState.from_obj(self.states.get(table_key))
             if changes:
                 fresh = {event_id for event_id, _, _ in events}
-                out += self._apply(state, changes, fresh, watermark, horizon)
+                out += self._apply(state, changes, fresh, watermark_ms, horizon)
             for event_id, ts, event in events:
                 out.append(self._joined(event, state.versions.as_of(ts)))
                 if ts < horizon:
-                    out.append(self._late_event(event, ts, state, watermark))
+                    out.append(self._late_event(event, ts, state, watermark_ms))
                 else:
                     state.events[event_id] = (ts, event)
-            self._save(table_key, state, watermark)
-        self.states.flush()
-        if out:  # each frame yielded costs an Arrow batch to the JVM, even an empty one
-            yield output_rows(out)
+            self._save(table_key, state, watermark_ms)
+        return out
 
-    def handleExpiredTimer(
-        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
-    ) -> Iterator[pd.DataFrame]:
-        """Forget what the horizon has passed, and list the keys for what comes next."""
-        watermark = timerValues.getCurrentWatermarkInMs()
-        horizon = watermark - self.retention_ms
-        for table_key, stored in self.states.due(watermark):
-            state = _KeyState.from_obj(stored)
-            state.events = {i: e for i, e in state.events.items() if e[0] >= horizon}
-            before = len(state.versions)
-            state.versions.prune(horizon)
-            if len(state.versions) < before:
-                state.history_from = state.versions.versions[0].ts_ms
-            self._save(table_key, state, watermark)
-        self.states.flush()
-        yield from ()  # forgetting writes nothing
-
-    def close(self) -> None:
-        pass
+    def on_due(self, name: str, state: Any, watermark_ms: int) -> OutputRows:
+        """Forget what the horizon has passed, and list the key for what comes next."""
+        horizon = watermark_ms - self.retention_ms
+        key_state = _KeyState.from_obj(state)
+        key_state.events = {i: e for i, e in key_state.events.items() if e[0] >= horizon}
+        before = len(key_state.versions)
+        key_state.versions.prune(horizon)
+        if len(key_state.versions) < before:
+            first = key_state.versions.versions[0]
+            key_state.history_from = None if first.snapshot else first.ts_ms
+        self._save(name, key_state, watermark_ms)
+        return []  # forgetting writes nothing
 
     # -- the join ------------------------------------------------------------------------
 
@@ -225,7 +223,7 @@ class AsOfJoin(StatefulProcessor):
         fresh: set[str],
         watermark: int,
         horizon: int,
-    ) -> list[_OutRow]:
+    ) -> OutputRows:
         """Add a batch's versions; the corrected events and the late changes' reports."""
         kept = [
             (event_id, ts, event)
@@ -235,7 +233,7 @@ class AsOfJoin(StatefulProcessor):
         lookups = [(event_id, ts) for event_id, ts, _ in kept]
         before = VersionedRow(state.versions.versions)
         touched: set[str] = set()
-        out: list[_OutRow] = []
+        out: OutputRows = []
         for change, version in changes:
             touched.update(state.versions.changed_by(version, lookups))
             if state.versions.add(version) and version.ts_ms < horizon:
@@ -284,11 +282,14 @@ class AsOfJoin(StatefulProcessor):
 
     def _save(self, table_key: str, state: _KeyState, watermark: int) -> None:
         """Store the key's state, due at the earliest time the horizon passes something:
-        an event kept, or the second version (then the first is no longer needed); not
-        before the next watermark (a late change can make a version prunable already)."""
+        an event kept, or the time from which a version is no longer needed
+        (:meth:`~riverbed.pipelines.operators.versioned_row.VersionedRow.next_prune_ms`);
+        not before the next watermark (a late change can make a version prunable
+        already)."""
         times = [ts for ts, _ in state.events.values()]
-        if len(state.versions) > 1:
-            times.append(state.versions.versions[1].ts_ms)
+        prune_ms = state.versions.next_prune_ms()
+        if prune_ms is not None:
+            times.append(prune_ms)
         due = None
         if times:
             due = max(min(times) + self.retention_ms + 1, watermark + 1)  # horizon past it
@@ -345,8 +346,9 @@ def as_of_join(
     watermark ``delay`` behind the latest event time of both.
 
     One pass over ``source``: a union of two selections of it (the topics' events as
-    :func:`~riverbed.pipelines.inputs.json_events` parses them, the changes as
-    :func:`~riverbed.pipelines.inputs.changes` does) would scan every micro-batch twice.
+    :func:`~riverbed.pipelines.operators.inputs.json_events` parses them, the changes as
+    :func:`~riverbed.pipelines.operators.inputs.changes` does) would scan every micro-batch
+    twice.
     The JSON is parsed once, in a projection (a filter on the parsed fields would be pushed
     below the parse and parse again): invalid events are left out by the processor."""
     is_event = F.col("topic") == F.lit(events_topic)
@@ -375,8 +377,4 @@ def as_of_join(
         F.coalesce(event[processor.ts_field].cast("long"), change_time).alias("as_of_time"),
     )
     timed = with_event_time(rows, delay, "as_of_time").drop("as_of_time")
-    return (
-        timed.withColumn(BUCKET, bucket_of(KEY))
-        .groupBy(BUCKET)
-        .transformWithStateInPandas(processor, OUTPUT_SCHEMA, "append", "EventTime")
-    )
+    return by_bucket(timed, processor, KEY, time_mode="EventTime")

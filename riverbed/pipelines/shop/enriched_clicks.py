@@ -1,12 +1,13 @@
 """The ``enriched_clicks`` pipeline (DESIGN.md): each click with its user's profile as it was
 at the click's event time, from the ``shop.public.users`` changelog.
 
-A stream-table join, as of each click's ``ts``: the latest change of the user with
-``source.ts_ms <= ts``; a deleted or never-seen user gives nulls. The users table is kept as
-local state fed by its changelog, versioned by change time, and a profile change that
+A stream-table join, as of each click's ``ts``: the latest change of the user (in
+changelog order) with ``source.ts_ms <= ts``, a snapshot row counting as valid from the
+beginning of time; a deleted or never-seen user gives nulls. The users table is kept as
+local state fed by its changelog, versioned in changelog order, and a profile change that
 arrives after the clicks it applies to corrects them: the click is written again, keyed by
 ``click_id``, so the last value per key is the answer over every change
-(:mod:`riverbed.pipelines.temporal_join`).
+(:mod:`riverbed.pipelines.operators.as_of_join`).
 
 Retention: clicks and profile versions are kept for corrections until the watermark (2
 minutes behind the latest click or change time) is :data:`RETENTION_MS` past them. A click
@@ -20,12 +21,11 @@ such a change may leave older clicks uncorrected.
 from __future__ import annotations
 
 from pyspark.sql import DataFrame
-from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from riverbed.pipelines.inputs import WATERMARK_DELAY
-from riverbed.pipelines.temporal_join import AsOfJoin, as_of_join
+from riverbed.pipelines.operators.as_of_join import AsOfJoin, as_of_join
+from riverbed.pipelines.shop.contract import CLICK, WATERMARK_DELAY
 
-__all__ = ["CLICK", "LATE_TOPIC", "PROFILE_COLUMNS", "RETENTION_MS", "TOPIC", "build"]
+__all__ = ["LATE_TOPIC", "PROFILE_COLUMNS", "RETENTION_MS", "TOPIC", "build"]
 
 TOPIC = "enriched_clicks"
 LATE_TOPIC = "enriched_clicks_late"
@@ -36,16 +36,6 @@ RETENTION_MS = 60 * 60_000
 minutes, stragglers up to twice that late), so every click of the workload is joined
 exactly and corrected by every late profile change within the hour."""
 PROFILE_COLUMNS = ("name", "country", "tier")
-
-CLICK = StructType(
-    [
-        StructField("click_id", StringType()),
-        StructField("search_id", StringType()),
-        StructField("user_id", StringType()),
-        StructField("product_id", StringType()),
-        StructField("ts", LongType()),
-    ]
-)
 
 
 def build(source: DataFrame) -> DataFrame:

@@ -10,7 +10,7 @@ counts every decline since the previous approval that is at most 10 minutes olde
 the approval. Event-time order is ``(ts, payment_id)``: of two payments with the same
 ``ts`` the one with the smaller ``payment_id`` comes first.
 
-The operator is :class:`riverbed.pipelines.cep_operator.PatternMatches`, keyed by
+The operator is :class:`riverbed.pipelines.operators.pattern_matches.PatternMatches`, keyed by
 ``card_id``, watermark 2 minutes: a card's payments are matched once the watermark has
 passed them, in event-time order, so an alert is written about 2 minutes (event time)
 after its approval, once. A payment that arrives below the watermark is too late to be put
@@ -26,28 +26,16 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from riverbed.pipelines.cep import Contiguity, Match, Pattern, Step, at_least
-from riverbed.pipelines.cep_operator import PatternMatches, match_pattern
-from riverbed.pipelines.inputs import WATERMARK_DELAY, json_events
-from riverbed.pipelines.operators import with_event_time
+from riverbed.pipelines.operators.cep import Contiguity, Match, Pattern, Step, at_least
+from riverbed.pipelines.operators.inputs import json_events, with_event_time
+from riverbed.pipelines.operators.pattern_matches import PatternMatches, match_pattern
+from riverbed.pipelines.shop.contract import MINUTE_MS, PAYMENT, WATERMARK_DELAY
 
-__all__ = ["FRAUD", "PAYMENT", "alert", "alerts_processor", "build", "payments"]
+__all__ = ["FRAUD", "alert", "alerts_processor", "build", "payments"]
 
-PAYMENT = StructType(
-    [
-        StructField("payment_id", StringType()),
-        StructField("card_id", StringType()),
-        StructField("user_id", StringType()),
-        StructField("amount_cents", LongType()),
-        StructField("status", StringType()),
-        StructField("ts", LongType()),
-    ]
-)
-PAYMENT_FIELDS = [field.name for field in PAYMENT.fields]
 APPROVED, DECLINED = "approved", "declined"
-TEN_MINUTES_MS = 10 * 60_000  # DESIGN.md: "within the 10 minutes (event time) before it"
+TEN_MINUTES_MS = 10 * MINUTE_MS  # DESIGN.md: "within the 10 minutes (event time) before it"
 MIN_DECLINES = 3  # DESIGN.md: "3 or more declined payments"
 
 
@@ -107,6 +95,6 @@ def alerts_processor() -> PatternMatches:
 
 
 def build(source: DataFrame) -> DataFrame:
-
+    """``fraud_alerts`` from a source subscribed to ``payments``."""
     events = with_event_time(payments(source), WATERMARK_DELAY)
-    return match_pattern(events, alerts_processor(), event_fields=PAYMENT_FIELDS)
+    return match_pattern(events, alerts_processor(), event_fields=PAYMENT.fieldNames())

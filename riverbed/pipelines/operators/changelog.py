@@ -55,27 +55,21 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
+
+from riverbed.pipelines.operators.rows import Json, Row, dumps, json_text
 
 __all__ = [
     "UNAVAILABLE_VALUE",
     "Change",
-    "Json",
     "MalformedChange",
     "Op",
-    "Row",
     "RowState",
     "SourcePosition",
     "Table",
-    "json_text",
     "lsn_of",
     "parse_change",
 ]
-
-Json = Any
-"""A JSON value (what json.dumps accepts)."""
-Row = dict[str, Json]
-"""A row as a JSON object."""
 
 UNAVAILABLE_VALUE = "__debezium_unavailable_value"
 """Debezium's ``unavailable.value.placeholder`` default (also riverbed.cdc.envelope's)."""
@@ -132,11 +126,6 @@ def lsn_of(value: Json) -> int:
     if isinstance(value, str) and (match := _LSN_TEXT.fullmatch(value)):
         return (int(match[1], 16) << 32) + int(match[2], 16)
     raise MalformedChange(f"not an LSN: {value!r:.80}")
-
-
-def json_text(value: Json) -> str:
-    """The canonical JSON text of a value (sorted keys): the name of a key in state maps."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def parse_change(key: bytes | None, value: bytes | None) -> Change:
@@ -249,7 +238,7 @@ class RowState:
         )
 
     def to_json(self) -> str:
-        return json.dumps(self.as_json(), separators=(",", ":"), ensure_ascii=False)
+        return dumps(self.as_json())
 
     @classmethod
     def from_json(cls, text: str) -> RowState:
@@ -291,8 +280,7 @@ class Table:
         return sum(state.row is not None for state in self._states.values())
 
     def to_json(self) -> str:
-        obj = {name: state.as_json() for name, state in self._states.items()}
-        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+        return dumps({name: state.as_json() for name, state in self._states.items()})
 
     @classmethod
     def from_json(cls, text: str) -> Table:

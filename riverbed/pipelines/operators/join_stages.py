@@ -1,32 +1,19 @@
-"""Joins over CDC changelogs: as-of lookups in a versioned table, and aggregates kept up to
-date over the inner join of two tables (pure logic; :mod:`riverbed.pipelines.changelog`
-parses and orders the changes). Every state round-trips through a JSON string.
+"""An aggregate kept up to date over the inner join of two CDC changelogs: the pure logic of
+its three stages (:mod:`riverbed.pipelines.operators.changelog_join` runs them on Spark;
+:mod:`riverbed.pipelines.operators.changelog` parses and orders the changes). Nothing here
+knows Spark; every state round-trips through a JSON string.
 
-**As-of join** (``enriched_clicks``). A :class:`VersionedRow` is one key's history (one
-user's profile): versions ``(ts_ms, position, row | None)``, None for a deletion, ordered
-by ``(ts_ms, position)`` so that of two changes at the same time the later position wins.
-:meth:`VersionedRow.as_of` is the row of the latest version with ``ts_ms <= ts`` (None if
-that version is a deletion, or if there is none). Versions may arrive in any order (a late
-change); :meth:`VersionedRow.changed_by`, called before :meth:`VersionedRow.add`, says
-which of the lookups already answered get a different answer, so the operator can emit
-corrected rows. A version whose position is already known is a replay: ignored.
-Tombstones add nothing (the delete before them recorded the deletion), nor do truncates.
-:meth:`VersionedRow.prune` drops what no lookup at or after the watermark can need: every
-version before the latest one at or below it (that one is kept, deletion or not, as it
-hides a late change older than itself). Lookups below the last pruning watermark are
-no longer exact: the operator treats such clicks as late.
-
-**Aggregate over a join** (``category_sales``: per category, the count, units and revenue
-of the non-cancelled ``orders ⨝ products``). A :class:`JoinSpec` names the parts: the left
-table (orders) is joined on its column ``join_key`` to the right table's primary key
-(products: at most one right row per join key); each (left, right) pair gives measures
-(integers, exact) or None (left out: a cancelled order), summed per ``group`` of the right
-row (the category). Three grouped operators (in Spark, three ``transformWithStateInPandas``
-operators of one query), each fed its input of one micro-batch at once:
+A :class:`JoinSpec` names the parts (for example, per category, the count, units and
+revenue of the non-cancelled ``orders ⨝ products``): the left table (orders) is joined on
+its column ``join_key`` to the right table's primary key (products: at most one right row
+per join key); each (left, right) pair gives measures (integers, exact) or None (left out:
+a cancelled order), summed per ``group`` of the right row (the category). Three grouped
+operators (in Spark, three ``transformWithStateInPandas`` operators of one query), each fed
+its input of one micro-batch at once:
 
 0. :func:`route_left`, grouped by the *left key* (order_id): state = the order's
-   :class:`~riverbed.pipelines.changelog.RowState`. It turns the order's changes into
-   :class:`LeftRow` s, replace semantics, for the join keys they touch: "order X is now
+   :class:`~riverbed.pipelines.operators.changelog.RowState`. It turns the order's changes
+   into :class:`LeftRow` s, replace semantics, for the join keys they touch: "order X is now
    (this row | gone) under product P", a retraction under the old product when
    ``product_id`` changed and an upsert under the new one.
 1. :class:`JoinKeyState`, grouped by the *join key* (product_id): state = the product's
@@ -53,141 +40,22 @@ a join key from its left rows when it changes (``O(orders of the product)``).
 
 from __future__ import annotations
 
-import bisect
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TypeVar
 
-from riverbed.pipelines.changelog import (
-    Change,
-    Json,
-    Op,
-    Row,
-    RowState,
-    SourcePosition,
-    json_text,
-)
+from riverbed.pipelines.operators.changelog import Change, RowState
+from riverbed.pipelines.operators.rows import Json, Row, dumps, json_text
 
 __all__ = [
-    "CATEGORY_SALES",
     "Contribution",
     "GroupContribution",
     "GroupState",
     "JoinKeyState",
     "JoinSpec",
     "LeftRow",
-    "Version",
-    "VersionedRow",
     "route_left",
 ]
-
-L = TypeVar("L")
-
-
-def _dumps(value: Json) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Version:
-    ts_ms: int
-    position: SourcePosition
-    row: Row | None
-    """None: the key was deleted."""
-
-    @classmethod
-    def of(cls, change: Change, columns: Sequence[str] | None = None) -> Version | None:
-        """The version a change makes (only ``columns`` of its row, if given); None for a
-        tombstone or a truncate. Placeholders of unchanged TOASTed values are kept as they
-        are: versions may arrive out of order, so there is no previous row to take them from
-        (profile columns are short; REPLICA IDENTITY FULL avoids placeholders)."""
-        if change.op in (Op.TOMBSTONE, Op.TRUNCATE):
-            return None
-        assert change.ts_ms is not None and change.position is not None
-        row = change.after
-        if row is not None and columns is not None:
-            row = {name: row.get(name) for name in columns}
-        return cls(ts_ms=change.ts_ms, position=change.position, row=row)
-
-
-def _order(version: Version) -> tuple[int, SourcePosition]:
-    return version.ts_ms, version.position
-
-
-def _ts(version: Version) -> int:
-    return version.ts_ms
-
-
-class VersionedRow:
-    """One key's versions, for as-of lookups (module docstring)."""
-
-    def __init__(self, versions: Iterable[Version] = ()) -> None:
-        self._versions: list[Version] = []
-        self._positions: set[SourcePosition] = set()
-        for version in versions:
-            self.add(version)
-
-    @property
-    def versions(self) -> tuple[Version, ...]:
-        """Oldest first."""
-        return tuple(self._versions)
-
-    def __len__(self) -> int:
-        return len(self._versions)
-
-    def add(self, version: Version) -> bool:
-        """Add a version, in any order; False if its position is known (a replay)."""
-        if version.position in self._positions:
-            return False
-        bisect.insort(self._versions, version, key=_order)
-        self._positions.add(version.position)
-        return True
-
-    def as_of(self, ts_ms: int) -> Row | None:
-        """The row of the latest version at or before ``ts_ms`` (None: deleted or unknown)."""
-        i = bisect.bisect_right(self._versions, ts_ms, key=_ts)
-        return self._versions[i - 1].row if i else None
-
-    def changed_by(self, version: Version, lookups: Iterable[tuple[L, int]]) -> list[L]:
-        """The ids of the ``(id, ts_ms)`` lookups whose :meth:`as_of` answer changes when
-        ``version`` is added (call it before :meth:`add`)."""
-        if version.position in self._positions:
-            return []
-        i = bisect.bisect_left(self._versions, _order(version), key=_order)
-        previous = self._versions[i - 1].row if i else None
-        if previous == version.row:
-            return []
-        # The new version answers [its ts, the next version's ts); the previous one did.
-        start = version.ts_ms
-        end = self._versions[i].ts_ms if i < len(self._versions) else None
-        return [name for name, ts in lookups if start <= ts and (end is None or ts < end)]
-
-    def prune(self, watermark_ms: int) -> None:
-        """Drop the versions before the latest one at or below ``watermark_ms``."""
-        i = bisect.bisect_right(self._versions, watermark_ms, key=_ts) - 1
-        if i > 0:
-            self._positions.difference_update(v.position for v in self._versions[:i])
-            del self._versions[:i]
-
-    def to_obj(self) -> list[list[Json]]:
-        """The versions as JSON-able data; :meth:`to_json` is its JSON text."""
-        return [[v.ts_ms, *v.position, v.row] for v in self._versions]
-
-    @classmethod
-    def from_obj(cls, data: list[list[Json]]) -> VersionedRow:
-        """The state that :meth:`to_obj` gave (trusted: it is the operator's own)."""
-        return cls(
-            Version(ts_ms=ts, position=SourcePosition(commit_lsn, lsn), row=row)
-            for ts, commit_lsn, lsn, row in data
-        )
-
-    def to_json(self) -> str:
-        return _dumps(self.to_obj())
-
-    @classmethod
-    def from_json(cls, text: str) -> VersionedRow:
-        return cls.from_obj(json.loads(text))
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,32 +98,6 @@ class JoinSpec:
             return None
         sums = dict(zip(self.sum_fields, total.sums, strict=True))
         return {self.group_field: group, self.count_field: total.rows, **sums}
-
-
-def _integer(value: Json) -> int:
-    """An integer column; null (or, not possible with the shop's types, a non-integer)
-    counts as 0, as SQL's sum() leaves nulls out."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _sales(order: Row, product: Row) -> tuple[int, ...] | None:
-    if order.get("status") == "cancelled":  # a null status is not "cancelled"
-        return None
-    quantity = _integer(order.get("quantity"))
-    return quantity, quantity * _integer(product.get("price_cents"))
-
-
-CATEGORY_SALES = JoinSpec(
-    join_key=lambda order: order.get("product_id"),
-    right_key=lambda key: key.get("product_id"),
-    group=lambda product: product.get("category"),
-    measures=_sales,
-    left_columns=("quantity", "status"),
-    group_field="category",
-    count_field="orders",
-    sum_fields=("units", "revenue_cents"),
-)
-"""``category_sales`` (DESIGN.md): orders ⨝ products on product_id, not cancelled."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -357,7 +199,7 @@ class JoinKeyState:
         return (spec.group(right), Contribution(rows, tuple(sums))) if rows else None
 
     def to_json(self) -> str:
-        return _dumps({"right": self.right.as_json(), "left": self.left})
+        return dumps({"right": self.right.as_json(), "left": self.left})
 
     @classmethod
     def from_json(cls, text: str) -> JoinKeyState:
@@ -401,7 +243,7 @@ class GroupState:
         return self._total != before
 
     def to_json(self) -> str:
-        return _dumps([[key, c.rows, list(c.sums)] for key, c in self._by_join_key.items()])
+        return dumps([[key, c.rows, list(c.sums)] for key, c in self._by_join_key.items()])
 
     @classmethod
     def from_json(cls, text: str) -> GroupState:

@@ -1,13 +1,22 @@
-"""The pipelines' inputs, taken from the riverbed source's DataFrame (Spark's Kafka schema:
+"""The operators' inputs, taken from the riverbed source's DataFrame (Spark's Kafka schema:
 ``key``, ``value``, ``topic``, ``partition``, ``offset``, ...), which may subscribe several
-topics at once.
+topics at once, and event time declared on them.
 
 - :func:`json_events`: the events of one topic, parsed once with ``from_json`` (a record
   that is not a JSON object gives nulls, which the operators leave out);
 - :func:`changes`: the records of one CDC topic (Debezium's envelope, DESIGN.md) as strings,
   with the primary-key column to group them by and the position that orders them
   (``partition``, ``offset``: every change of a key is in one partition, in commit order).
-  Operators parse them with :func:`riverbed.pipelines.changelog.parse_change`.
+  Operators parse them with :func:`riverbed.pipelines.operators.changelog.parse_change`;
+- :func:`with_event_time`: the watermark declared on an integer time column.
+
+**Watermarks, and why the event-time column is dropped.** :func:`with_event_time` declares
+the watermark on a timestamp column and then drops that column again. Spark still computes
+the watermark (the maximum event time seen in earlier micro-batches minus the delay) and
+hands it to the operator, but with the watermarked column in its input a stateful operator
+silently discards the rows older than the watermark before user code sees them. Without it
+the operator sees every row and decides itself what a late row means (counted elsewhere,
+sent to a side output with the reason, reported).
 """
 
 from __future__ import annotations
@@ -16,11 +25,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-__all__ = ["WATERMARK_DELAY", "changes", "json_events"]
-
-WATERMARK_DELAY = "2 minutes"
-"""DESIGN.md: every pipeline uses event time with a watermark 2 minutes behind the latest
-event time seen."""
+__all__ = ["changes", "json_events", "with_event_time"]
 
 
 def json_events(source: DataFrame, topic: str, schema: StructType) -> DataFrame:
@@ -42,4 +47,15 @@ def changes(source: DataFrame, topic: str, key_column: str) -> DataFrame:
         F.col("value").cast("string").alias("value"),
         F.col("partition"),
         F.col("offset"),
+    )
+
+
+def with_event_time(events: DataFrame, delay: str, ts_column: str = "ts") -> DataFrame:
+    """Declare the watermark (``delay`` behind the latest event time, a Spark interval
+    such as ``"2 minutes"``) on ``ts_column`` (epoch ms), keeping the column a plain
+    integer (module docstring)."""
+    return (
+        events.withColumn("_event_time", F.timestamp_millis(F.col(ts_column)))
+        .withWatermark("_event_time", delay)
+        .drop("_event_time")
     )

@@ -1,8 +1,9 @@
 """Event-time windows, lateness and sessions: the pure logic of the windowed operators.
 
 Times are integers, milliseconds since the epoch; windows are half-open ``[start, end)``.
-Nothing here knows Spark: :mod:`riverbed.pipelines.operators` calls these functions from
-its stateful processors, and the tests call them directly.
+Nothing here knows Spark: :mod:`riverbed.pipelines.operators.windowed_counts` and
+:mod:`riverbed.pipelines.operators.sessions` call these functions from their stateful
+processors, and the tests call them directly.
 
 - **Tumbling and hopping windows.** A window of ``size`` every ``slide`` (tumbling when
   ``slide == size``) starts at the multiples of ``slide``; an event belongs to every window

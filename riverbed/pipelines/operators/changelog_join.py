@@ -1,80 +1,74 @@
 """An aggregate kept up to date over the inner join of two CDC changelogs, on Spark's stateful
-streaming: the three stages of :mod:`riverbed.pipelines.joins` as three chained
-``transformWithStateInPandas`` operators of one query (``timeMode="None"``, append mode).
+streaming: the three stages of :mod:`riverbed.pipelines.operators.join_stages` as three
+chained ``transformWithStateInPandas`` operators of one query (``timeMode="None"``, append
+mode).
 
-:func:`join_aggregate` wires them; its inputs are two :func:`riverbed.pipelines.inputs.changes`
-DataFrames (the left table's, e.g. orders, and the right table's, e.g. products), its output
-the rows for the riverbed sink (``topic``, ``key``, ``value``; ``value`` null for a
-tombstone):
+:func:`join_aggregate` wires them; its inputs are two
+:func:`riverbed.pipelines.operators.inputs.changes` DataFrames (the left table's, e.g.
+orders, and the right table's, e.g. products), its output the rows for the riverbed sink
+(``topic``, ``key``, ``value``; ``value`` null for a tombstone):
 
 0. :class:`RouteLeftRows`, keyed by the left table's key column (``order_id``): applies the
    batch's changes of the left row, sorted by ``(partition, offset)``, and emits
-   :class:`~riverbed.pipelines.joins.LeftRow` s (``join_key_json``, ``left_key``,
-   ``left_row``, the row's columns as JSON or null for a retraction).
+   :class:`~riverbed.pipelines.operators.join_stages.LeftRow` s (``join_key_json``,
+   ``left_key``, ``left_row``, the row's columns as JSON or null for a retraction).
 1. :class:`JoinKeyStage`, keyed by the join key (``product_id``), over the union of the
    right table's changes and stage 0's rows: emits
-   :class:`~riverbed.pipelines.joins.GroupContribution` s (``group_json``,
+   :class:`~riverbed.pipelines.operators.join_stages.GroupContribution` s (``group_json``,
    ``join_key_json``, ``rows``, ``sums`` as a JSON array).
 2. :class:`GroupStage`, grouped by ``group_json`` (the category): the group's total, written
    as the group's output row, or a tombstone once nothing is left in it.
 
 **Routing.** Stage 1 groups the right table's changes by the join-key column of their record
-key (``get_json_object(key, '$.product_id')``, as :func:`~riverbed.pipelines.inputs.changes`
-gives it) and stage 0's rows by the same function of their join key
-(:func:`_routing`), so both sides of a join key meet in one bucket whatever its JSON type.
-Within a bucket, states are told apart by the canonical JSON text of their key
-(:func:`~riverbed.pipelines.changelog.json_text`): ``5`` and ``"5"`` route to one group but
-are different keys, as they are in SQL. Rows whose grouping column is null are left out
-before grouping: truncates, and orders without a product.
+key (``get_json_object(key, '$.product_id')``, as
+:func:`~riverbed.pipelines.operators.inputs.changes` gives it) and stage 0's rows by the
+same function of their join key (:func:`_routing`), so both sides of a join key meet in one
+bucket whatever its JSON type. Within a bucket, states are told apart by the canonical JSON
+text of their key (:func:`~riverbed.pipelines.operators.rows.json_text`): ``5`` and ``"5"``
+route to one group but are different keys, as they are in SQL. Rows whose grouping column
+is null are left out before grouping: truncates, and orders without a product.
 
 **State** (RocksDB, checkpointed with the query): stages 0 and 1 group by a bucket of their
-key column (:mod:`riverbed.pipelines.buckets`: an order or a product has a change or two
-per micro-batch, and a group per key made PySpark's fixed cost per group the bulk of the
-work) and keep a JSON string per key in a map state of the bucket: stage 0, the RowState
-per left key; stage 1, the JoinKeyState per join key. Stage 2 keeps one ValueState per
-group, the GroupState (cleared when the group is empty). Stages 0 and 1 keep the state of a
-deleted row (its position, a few bytes) so that replayed changes stay ignored. No timers,
-no watermark: nothing expires, and no input is ever late (a change applies whenever it
-arrives, in log order per key).
+key column (:mod:`riverbed.pipelines.operators.buckets`: an order or a product has a change
+or two per micro-batch, and a group per key made PySpark's fixed cost per group the bulk of
+the work) and keep a JSON string per key in a map state of the bucket: stage 0 (``left``),
+the RowState per left key; stage 1 (``join_keys``), the JoinKeyState per join key. Stage 2
+keeps one ValueState per group (``group``), the GroupState (cleared when the group is
+empty). Stages 0 and 1 keep the state of a deleted row (its position, a few bytes) so that
+replayed changes stay ignored. No timers, no watermark: nothing expires, and no input is
+ever late (a change applies whenever it arrives, in log order per key).
 
 **Exactly once.** Each stage emits the net effect of its batch: at most one row per (join
 key, left key) from stage 0, per (group, join key) from stage 1 and per group from stage 2,
 so the next stage may see them in any order. Spark replays a failed batch from the
 checkpointed state, so a restart after a kill -9 changes no final value.
 
-**Left out:** records that :func:`~riverbed.pipelines.changelog.parse_change` rejects, and
-truncates (``op: t``, keyed ``{}``: their group key is null). A truncate would have to
-reach every key's state; a truncated table's rows stay in the result until their next
-change.
+**Left out:** records that :func:`~riverbed.pipelines.operators.changelog.parse_change`
+rejects, and truncates (``op: t``, keyed ``{}``: their group key is null). A truncate would
+have to reach every key's state; a truncated table's rows stay in the result until their
+next change.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.streaming.stateful_processor import (
-    StatefulProcessor,
-    StatefulProcessorHandle,
-    TimerValues,
-)
+from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from riverbed.pipelines.buckets import BUCKET, KeyedStates, bucket_of
-from riverbed.pipelines.changelog import (
-    Change,
-    Json,
-    MalformedChange,
-    RowState,
-    json_text,
-    parse_change,
+from riverbed.pipelines.operators.base import (
+    OUTPUT_SCHEMA,
+    KeyedOperator,
+    Operator,
+    OutputRows,
+    by_bucket,
 )
-from riverbed.pipelines.joins import (
+from riverbed.pipelines.operators.changelog import Change, MalformedChange, RowState, parse_change
+from riverbed.pipelines.operators.join_stages import (
     Contribution,
     GroupContribution,
     GroupState,
@@ -83,7 +77,7 @@ from riverbed.pipelines.joins import (
     LeftRow,
     route_left,
 )
-from riverbed.pipelines.operators import OUTPUT_SCHEMA, dumps
+from riverbed.pipelines.operators.rows import Json, dumps, json_text, plain
 
 __all__ = [
     "CONTRIBUTIONS_SCHEMA",
@@ -116,26 +110,15 @@ CONTRIBUTIONS_SCHEMA = StructType(
 )
 """Stage 1's output: a GroupContribution (``sums`` a JSON array of integers)."""
 
-_STATE_SCHEMA = "json STRING"
-
-
-def _frame(rows: Sequence[tuple[Any, ...]], schema: StructType) -> pd.DataFrame:
-    frame = pd.DataFrame(list(rows), columns=[f.name for f in schema.fields], dtype=object)
-    for f in schema.fields:
-        if isinstance(f.dataType, LongType):
-            frame[f.name] = frame[f.name].astype(np.int64)
-    return frame
-
 
 def _text(value: Any) -> str | None:
     """A string cell of a pandas batch (nulls arrive as None or NaN)."""
     return value if isinstance(value, str) else None
 
 
-def _changes(rows: Iterator[pd.DataFrame]) -> list[Change]:
+def _changes(batch: pd.DataFrame) -> list[Change]:
     """The batch's change records of one group, parsed, in log order; malformed ones left
     out. Spark does not keep the order of a group's rows: sort by (partition, offset)."""
-    batch = pd.concat(list(rows), ignore_index=True)
     batch = batch.sort_values(["partition", "offset"], kind="stable")
     out = []
     for key, value in zip(batch["key"].tolist(), batch["value"].tolist(), strict=True):
@@ -159,76 +142,45 @@ def _by_key(changes: list[Change]) -> dict[str, list[Change]]:
     return grouped
 
 
-class _JsonValue:
-    """One ValueState holding a JSON string (the state of one grouping key)."""
-
-    def __init__(self, handle: StatefulProcessorHandle, name: str) -> None:
-        self._state = handle.getValueState(name, _STATE_SCHEMA)
-
-    def load(self) -> str | None:
-        stored = self._state.get() if self._state.exists() else None
-        return None if stored is None else str(stored[0])
-
-    def save(self, text: str) -> None:
-        self._state.update((text,))
-
-    def clear(self) -> None:
-        self._state.clear()
-
-
-class RouteLeftRows(StatefulProcessor):
+class RouteLeftRows(KeyedOperator):
     """Stage 0, grouped by a bucket of the left table's key column: the left rows' changes
-    of the batch, applied in log order (:func:`~riverbed.pipelines.joins.route_left`), as
-    the LeftRows of the join keys they touch (:data:`LEFT_ROWS_SCHEMA`). State: a RowState
-    per left key. Runs once per bucket with input in each micro-batch, on an executor."""
+    of the batch, applied in log order
+    (:func:`~riverbed.pipelines.operators.join_stages.route_left`), as the LeftRows of the
+    join keys they touch (:data:`LEFT_ROWS_SCHEMA`). State: a RowState per left key. Runs
+    once per bucket with input in each micro-batch, on an executor."""
 
     def __init__(self, spec: JoinSpec) -> None:
+        super().__init__(output_schema=LEFT_ROWS_SCHEMA, state_name="left")
         self.spec = spec
 
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.states = KeyedStates(handle, "left")
-
-    def handleInputRows(
-        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
-    ) -> Iterator[pd.DataFrame]:
+    def on_input(self, key: Any, batch: pd.DataFrame, watermark_ms: int) -> OutputRows:
         routed: list[LeftRow] = []
-        for name, own in _by_key(_changes(rows)).items():
+        for name, own in _by_key(_changes(batch)).items():
             stored = self.states.get(name)
             state = RowState() if stored is None else RowState.from_obj(stored)
             routed.extend(route_left(state, own, self.spec))
             self.states.put(name, state.as_json())
-        self.states.flush()
-        out = [
+        return [
             (json_text(r.join_key), r.left_key, None if r.row is None else dumps(r.row))
             for r in routed
         ]
-        if out:  # each frame yielded costs an Arrow batch to the JVM, even an empty one
-            yield _frame(out, LEFT_ROWS_SCHEMA)
-
-    def close(self) -> None:
-        pass
 
 
-class JoinKeyStage(StatefulProcessor):
+class JoinKeyStage(KeyedOperator):
     """Stage 1, grouped by a bucket of :data:`JOIN_KEY`, over the union of the right table's
     change records (``key``, ``value``, ``partition``, ``offset``) and stage 0's rows
-    (``left_key`` set): :class:`~riverbed.pipelines.joins.JoinKeyState` per join key,
-    emitting the contributions that changed (:data:`CONTRIBUTIONS_SCHEMA`). Runs once per
-    bucket with input in each micro-batch."""
+    (``left_key`` set): :class:`~riverbed.pipelines.operators.join_stages.JoinKeyState` per
+    join key, emitting the contributions that changed (:data:`CONTRIBUTIONS_SCHEMA`). Runs
+    once per bucket with input in each micro-batch."""
 
     def __init__(self, spec: JoinSpec) -> None:
+        super().__init__(output_schema=CONTRIBUTIONS_SCHEMA, state_name="join_keys")
         self.spec = spec
 
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.states = KeyedStates(handle, "join_keys")
-
-    def handleInputRows(
-        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
-    ) -> Iterator[pd.DataFrame]:
-        batch = pd.concat(list(rows), ignore_index=True)
+    def on_input(self, key: Any, batch: pd.DataFrame, watermark_ms: int) -> OutputRows:
         is_left = batch["left_key"].map(lambda v: isinstance(v, str))
         right: dict[str, list[Change]] = {}
-        for change in _changes(iter([batch[~is_left]])):
+        for change in _changes(batch[~is_left]):
             join_key = self.spec.right_key(change.key)
             if join_key is not None:
                 right.setdefault(json_text(join_key), []).append(change)
@@ -245,7 +197,7 @@ class JoinKeyStage(StatefulProcessor):
                     row=None if row_text is None else json.loads(row_text),
                 )
             )
-        out = []
+        out: OutputRows = []
         for name in sorted(right.keys() | left.keys()):
             state = _join_key_state(self.states.get(name))
             for c in state.apply(
@@ -253,12 +205,7 @@ class JoinKeyStage(StatefulProcessor):
             ):
                 out.append(_contribution_row(c))
             self.states.put(name, {"right": state.right.as_json(), "left": state.left})
-        self.states.flush()
-        if out:
-            yield _frame(out, CONTRIBUTIONS_SCHEMA)
-
-    def close(self) -> None:
-        pass
+        return out
 
 
 def _join_key_state(obj: Json) -> JoinKeyState:
@@ -276,26 +223,24 @@ def _contribution_row(c: GroupContribution) -> tuple[str, str, int, str]:
     )
 
 
-class GroupStage(StatefulProcessor):
+class GroupStage(Operator):
     """Stage 2, grouped by ``group_json``: adds the contributions of the join keys
-    (:class:`~riverbed.pipelines.joins.GroupState`) and writes the group's row to ``topic``,
-    keyed ``{group_field: group}``, when its total changed in the batch; a tombstone when
-    the group is left empty (its state is then cleared). Runs once per group with input in
-    each micro-batch."""
+    (:class:`~riverbed.pipelines.operators.join_stages.GroupState`) and writes the group's
+    row to ``topic``, keyed ``{group_field: group}``, when its total changed in the batch; a
+    tombstone when the group is left empty (its state is then cleared). Runs once per group
+    with input in each micro-batch."""
 
     def __init__(self, spec: JoinSpec, *, topic: str) -> None:
+        super().__init__(output_schema=OUTPUT_SCHEMA)
         self.spec, self.topic = spec, topic
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.state = _JsonValue(handle, "group")
+        self.state = handle.getValueState("group", "json STRING")
 
-    def handleInputRows(
-        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
-    ) -> Iterator[pd.DataFrame]:
-        batch = pd.concat(list(rows), ignore_index=True)
-        stored = self.state.load()
-        group_state = GroupState() if stored is None else GroupState.from_json(stored)
-        group = json.loads(_plain(key[0]))
+    def on_input(self, key: Any, batch: pd.DataFrame, watermark_ms: int) -> OutputRows:
+        stored = self.state.get() if self.state.exists() else None
+        group_state = GroupState() if stored is None else GroupState.from_json(str(stored[0]))
+        group = json.loads(plain(key[0]))
         contributions = [
             GroupContribution(
                 group=group,
@@ -313,24 +258,17 @@ class GroupStage(StatefulProcessor):
         if group_state.total is None:
             self.state.clear()
         else:
-            self.state.save(group_state.to_json())
+            self.state.update((group_state.to_json(),))
         if not changed:
-            return
+            return []
         value = self.spec.output(group, group_state.total)
-        row = (
-            self.topic,
-            dumps({self.spec.group_field: group}),
-            None if value is None else dumps(value),
-        )
-        yield _frame([row], OUTPUT_SCHEMA)
-
-    def close(self) -> None:
-        pass
-
-
-def _plain(value: Any) -> Any:
-    """A numpy scalar as the Python value JSON can encode."""
-    return value.item() if isinstance(value, np.generic) else value
+        return [
+            (
+                self.topic,
+                dumps({self.spec.group_field: group}),
+                None if value is None else dumps(value),
+            )
+        ]
 
 
 def _routing(json_column: Column) -> Column:
@@ -350,13 +288,13 @@ def join_aggregate(
 ) -> DataFrame:
     """The aggregate of ``spec`` over ``left ⨝ right`` kept up to date, as sink rows for
     ``topic`` (module docstring). ``left`` and ``right`` are
-    :func:`~riverbed.pipelines.inputs.changes` DataFrames with the key columns
+    :func:`~riverbed.pipelines.operators.inputs.changes` DataFrames with the key columns
     ``left_key_column`` and ``right_key_column`` (the column ``spec.right_key`` reads)."""
-    left_rows = (
-        left.where(F.col(left_key_column).isNotNull())
-        .withColumn(BUCKET, bucket_of(left_key_column))
-        .groupBy(BUCKET)
-        .transformWithStateInPandas(RouteLeftRows(spec), LEFT_ROWS_SCHEMA, "append", "None")
+    left_rows = by_bucket(
+        left.where(F.col(left_key_column).isNotNull()),
+        RouteLeftRows(spec),
+        left_key_column,
+        time_mode="None",
     )
     stage1_input = right.select(
         F.col(right_key_column).alias(JOIN_KEY), "key", "value", "partition", "offset"
@@ -364,12 +302,13 @@ def join_aggregate(
         left_rows.withColumn(JOIN_KEY, _routing(F.col("join_key_json"))),
         allowMissingColumns=True,
     )
-    contributions = (
-        stage1_input.where(F.col(JOIN_KEY).isNotNull())
-        .withColumn(BUCKET, bucket_of(JOIN_KEY))
-        .groupBy(BUCKET)
-        .transformWithStateInPandas(JoinKeyStage(spec), CONTRIBUTIONS_SCHEMA, "append", "None")
+    contributions = by_bucket(
+        stage1_input.where(F.col(JOIN_KEY).isNotNull()),
+        JoinKeyStage(spec),
+        JOIN_KEY,
+        time_mode="None",
     )
+    groups = GroupStage(spec, topic=topic)
     return contributions.groupBy("group_json").transformWithStateInPandas(
-        GroupStage(spec, topic=topic), OUTPUT_SCHEMA, "append", "None"
+        groups, groups.output_schema, "append", "None"
     )

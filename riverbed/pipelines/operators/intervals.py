@@ -1,7 +1,7 @@
 """Interval join: the pure logic of a stream-stream join on a key and a time bound.
 
-A *left* row (a search) and a *right* row (a click) of the same key join when
-``lower_ms <= right.ts - left.ts <= upper_ms`` (for ``search_ctr``: 0 and 10 minutes). Both
+A *left* row (e.g. a search) and a *right* row (a click on it) of the same key join when
+``lower_ms <= right.ts - left.ts <= upper_ms`` (e.g. 0 and 10 minutes). Both
 sides arrive in any order, so each side waits in the state for the rows of the other side
 that may still come; the watermark ``W`` (no on-time row has ``ts < W``) says when that
 wait is over:
@@ -15,11 +15,13 @@ wait is over:
 
 Rows that arrive late (``ts < W``) are still joined with what the state holds; what has
 expired is gone, so a late row may miss a partner that came in time (the caller documents
-it). A left row's id (``search_id``) is its identity: a second left row with the same id
-is a duplicate and is ignored while the first is held; right rows are not deduplicated.
+it). A left row's id (e.g. a ``search_id``) is its identity: a second left row with the
+same id is a duplicate and is ignored while the first is held; right rows are not
+deduplicated.
 
-:class:`IntervalJoinState` is one key's state; it round-trips through a JSON string (a
-Spark state store value). Nothing here knows Spark: :mod:`riverbed.pipelines.ctr` wraps it.
+:class:`JoinInterval` is the condition; :class:`IntervalJoinState` is one key's state; it
+round-trips through a JSON string (a Spark state store value). Nothing here knows Spark:
+:mod:`riverbed.pipelines.operators.interval_join` wraps it.
 """
 
 from __future__ import annotations
@@ -29,11 +31,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["IntervalJoin", "IntervalJoinState", "Joined", "LeftRow", "RightRow"]
+__all__ = ["IntervalJoinState", "JoinInterval", "Joined", "LeftRow", "RightRow"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class IntervalJoin:
+class JoinInterval:
     """The join condition ``lower_ms <= right.ts - left.ts <= upper_ms``."""
 
     lower_ms: int
@@ -89,7 +91,7 @@ class IntervalJoinState:
 
     def add(
         self,
-        condition: IntervalJoin,
+        condition: JoinInterval,
         *,
         lefts: Iterable[LeftRow] = (),
         rights: Iterable[RightRow] = (),
@@ -115,7 +117,7 @@ class IntervalJoinState:
         return new_lefts, joined
 
     @staticmethod
-    def _join(condition: IntervalJoin, left: LeftRow, rights: Iterable[RightRow]) -> list[Joined]:
+    def _join(condition: JoinInterval, left: LeftRow, rights: Iterable[RightRow]) -> list[Joined]:
         pairs = []
         for right in rights:
             if condition.joins(left.ts, right.ts):
@@ -123,7 +125,7 @@ class IntervalJoinState:
                 left.matched = True
         return pairs
 
-    def expire(self, condition: IntervalJoin, watermark_ms: int) -> list[LeftRow]:
+    def expire(self, condition: JoinInterval, watermark_ms: int) -> list[LeftRow]:
         """Drop what no on-time row can join any more; returns the left rows that expired."""
         expired = [
             left for left in self.lefts.values() if condition.left_expiry(left.ts) <= watermark_ms
@@ -133,7 +135,7 @@ class IntervalJoinState:
         self.rights = [r for r in self.rights if condition.right_expiry(r.ts) > watermark_ms]
         return expired
 
-    def next_expiry_ms(self, condition: IntervalJoin) -> int | None:
+    def next_expiry_ms(self, condition: JoinInterval) -> int | None:
         """The smallest watermark at which :meth:`expire` has something to do, if any."""
         times = [condition.left_expiry(left.ts) for left in self.lefts.values()]
         times += [condition.right_expiry(right.ts) for right in self.rights]

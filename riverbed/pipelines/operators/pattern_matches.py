@@ -1,7 +1,7 @@
 """A CEP operator on Spark's stateful streaming: :class:`PatternMatches` runs a
-:class:`riverbed.pipelines.cep.Pattern` over each key's events in event-time order
-(``transformWithStateInPandas``, EventTime mode), the pure logic being
-:class:`riverbed.pipelines.cep.OrderedMatcher`.
+:class:`riverbed.pipelines.operators.cep.Pattern` over each key's events in event-time
+order (``transformWithStateInPandas``, EventTime mode), applied by :func:`match_pattern`;
+the pure logic is :class:`riverbed.pipelines.operators.cep.OrderedMatcher`.
 
 **Input.** :func:`match_pattern` groups the events by one key column and hands the
 processor, per key, the column and ``event``: each event's fields as one JSON object (nulls
@@ -9,16 +9,18 @@ kept), so that the events are held and written back exactly as they were parsed,
 trip through pandas' types (a nullable integer column would come back as floats). Each event
 needs an integer ``ts`` (epoch ms) and the tie-break field; leave out the others first.
 
-**Order and lateness.** The events must carry a watermark (:func:`operators.with_event_time`,
-which keeps the watermarked column out of the operator's input, so that Spark does not drop
-late rows unseen). A key's events are held until the watermark passes them and then fed to
-the matcher in event-time order, whatever order they arrived in. An event that arrives
+**Order and lateness.** The events must carry a watermark
+(:func:`~riverbed.pipelines.operators.inputs.with_event_time`, which keeps the watermarked
+column out of the operator's input, so that Spark does not drop late rows unseen). A key's
+events are held until the watermark passes them and then fed to the matcher in event-time
+order, whatever order they arrived in. An event that arrives
 below the watermark can no longer be put in order (the events after it may already have
 been matched): it goes to the late topic, keyed by ``late_key_fields``, with a ``reason``
 (:func:`late_reason`); never matched, never silently dropped.
 
 **State.** Per key, :meth:`OrderedMatcher.to_obj` (the held events, the watermark, the
-matcher's partial matches), kept by :class:`riverbed.pipelines.buckets.KeyedStates`: the
+matcher's partial matches), kept by :class:`riverbed.pipelines.operators.buckets.KeyedStates`
+in the map state ``matchers``: the
 operator groups by a hash bucket of the key (one group per key made PySpark's fixed cost
 per group the bulk of the work). A key's state is removed when nothing is held: the next
 event of the key is then at or above the watermark, so a fresh matcher behaves as the old
@@ -34,30 +36,25 @@ Since the matcher is advanced with the watermark itself, the rounding changes wh
 is written, never what it is.
 
 **Output.** Rows for the riverbed sink (``topic``, ``key``, ``value``; JSON strings,
-:data:`operators.OUTPUT_SCHEMA`): one per match, as the caller's ``result`` function turns
-it into a (key, value) pair, and one per late event; written in the micro-batch's
+:data:`~riverbed.pipelines.operators.base.OUTPUT_SCHEMA`): one per match, as the caller's
+``result`` function turns it into a (key, value) pair, and one per late event; written in
+the micro-batch's
 transaction, so each exactly once.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.streaming.stateful_processor import (
-    ExpiredTimerInfo,
-    StatefulProcessor,
-    StatefulProcessorHandle,
-    TimerValues,
-)
 
-from riverbed.pipelines.buckets import BUCKET, KeyedStates, bucket_of
-from riverbed.pipelines.cep import Event, Match, OrderedMatcher, Pattern
-from riverbed.pipelines.operators import OUTPUT_SCHEMA, dumps, output_rows
+from riverbed.pipelines.operators.base import OUTPUT_SCHEMA, KeyedOperator, OutputRows, by_bucket
+from riverbed.pipelines.operators.cep import Event, Match, OrderedMatcher, Pattern
+from riverbed.pipelines.operators.rows import dumps
 
 __all__ = ["EVENT", "KEY", "TIMER_RESOLUTION_MS", "PatternMatches", "late_reason", "match_pattern"]
 
@@ -66,8 +63,8 @@ EVENT = "event"
 KEY = "pattern_key"
 """The input column with each event's key (the ``key_field`` column)."""
 TIMER_RESOLUTION_MS = 1_000
-"""A key's timer is rounded up to this (:mod:`riverbed.pipelines.buckets`): its matches are
-written at most this much event time later than an exact timer would."""
+"""A key's timer is rounded up to this (:mod:`riverbed.pipelines.operators.buckets`): its
+matches are written at most this much event time later than an exact timer would."""
 
 Result = Callable[[Match], tuple[dict[str, Any], dict[str, Any]]]
 """A match's output (key, value), both JSON objects."""
@@ -82,7 +79,7 @@ def late_reason(ts: int, watermark_ms: int) -> str:
     )
 
 
-class PatternMatches(StatefulProcessor):
+class PatternMatches(KeyedOperator):
     """The matches of ``pattern`` in each key's events, in event-time order, ties broken by
     ``tiebreak_field`` (module docstring). Must be picklable: Spark sends it to the
     executors, and ``init`` runs there before its first key (and once on the
@@ -99,46 +96,29 @@ class PatternMatches(StatefulProcessor):
         late_topic: str,
         late_key_fields: Sequence[str],
     ) -> None:
+        super().__init__(
+            output_schema=OUTPUT_SCHEMA, state_name="matchers", resolution_ms=TIMER_RESOLUTION_MS
+        )
         self.pattern = pattern
         self.key_field, self.tiebreak_field = key_field, tiebreak_field
         self.topic, self.result = topic, result
         self.late_topic, self.late_key_fields = late_topic, list(late_key_fields)
 
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.states = KeyedStates(handle, "matchers", resolution_ms=TIMER_RESOLUTION_MS)
-
-    def handleInputRows(
-        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
-    ) -> Iterator[pd.DataFrame]:
+    def on_input(self, key: Any, batch: pd.DataFrame, watermark_ms: int) -> OutputRows:
         by_key: dict[str, list[Event]] = {}
-        for frame in rows:
-            for value, text in zip(frame[KEY].tolist(), frame[EVENT].tolist(), strict=True):
-                by_key.setdefault(dumps(value), []).append(json.loads(text))
-        watermark = timerValues.getCurrentWatermarkInMs()
-        out: list[tuple[str, str, str]] = []
+        for value, text in zip(batch[KEY].tolist(), batch[EVENT].tolist(), strict=True):
+            by_key.setdefault(dumps(value), []).append(json.loads(text))
+        out: OutputRows = []
         for name, events in by_key.items():
-            out += self._advance(name, self.states.get(name), events, watermark)
-        self.states.flush()
-        if out:  # each frame yielded costs an Arrow batch to the JVM, even an empty one
-            yield output_rows(out)
+            out += self._advance(name, self.states.get(name), events, watermark_ms)
+        return out
 
-    def handleExpiredTimer(
-        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
-    ) -> Iterator[pd.DataFrame]:
-        watermark = timerValues.getCurrentWatermarkInMs()
-        out: list[tuple[str, str, str]] = []
-        for name, stored in self.states.due(watermark):
-            out += self._advance(name, stored, [], watermark)
-        self.states.flush()
-        if out:
-            yield output_rows(out)
-
-    def close(self) -> None:
-        pass
+    def on_due(self, name: str, state: Any, watermark_ms: int) -> OutputRows:
+        return self._advance(name, state, [], watermark_ms)
 
     def _advance(
         self, name: str, stored: Any, events: Iterable[Event], watermark_ms: int
-    ) -> list[tuple[str, str, str]]:
+    ) -> OutputRows:
         """Advance the key's matcher, store it, list it for its next timer; the output
         rows."""
         if stored is None:
@@ -153,7 +133,7 @@ class PatternMatches(StatefulProcessor):
             self.states.remove(name)  # nothing held (module docstring)
         else:
             self.states.put(name, ordered.to_obj(), due_ms=after)
-        out = []
+        out: OutputRows = []
         for match in matched.matches:
             result_key, value = self.result(match)
             out.append((self.topic, dumps(result_key), dumps(value)))
@@ -176,8 +156,4 @@ def match_pattern(
         F.col(processor.key_field).alias(KEY),
         F.to_json(F.struct(*event_fields), {"ignoreNullFields": "false"}).alias(EVENT),
     )
-    return (
-        packed.withColumn(BUCKET, bucket_of(KEY))
-        .groupBy(BUCKET)
-        .transformWithStateInPandas(processor, OUTPUT_SCHEMA, "append", "EventTime")
-    )
+    return by_bucket(packed, processor, KEY, time_mode="EventTime")

@@ -1,0 +1,41 @@
+"""Rows and JSON values as the operators handle them: keys, values and states are JSON.
+
+Nothing here knows Spark: the pure logic and the Spark operators both use it.
+
+- :data:`Json` and :data:`Row`: a JSON value, a JSON object (a row of a table, an event);
+- :func:`dumps`: the compact JSON text of a value, keys in their order: the form of output
+  keys and values, and of the states the operators keep;
+- :func:`json_text`: the canonical JSON text of a value (keys sorted): the name of a key
+  in state maps, equal for equal values;
+- :func:`plain`: a numpy scalar (a grouping key as PySpark hands it over) as the Python
+  value that JSON can encode.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Json", "Row", "dumps", "json_text", "plain"]
+
+Json = Any
+"""A JSON value (what json.dumps accepts)."""
+Row = dict[str, Json]
+"""A row as a JSON object."""
+
+
+def dumps(value: Json) -> str:
+    """The compact JSON text of ``value`` (no spaces, non-ASCII as it is)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def json_text(value: Json) -> str:
+    """The canonical JSON text of a value (sorted keys): the name of a key in state maps."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def plain(value: Any) -> Any:
+    """A numpy scalar as the Python value JSON can encode (anything else as it is)."""
+    return value.item() if isinstance(value, np.generic) else value

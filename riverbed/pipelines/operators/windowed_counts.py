@@ -1,0 +1,207 @@
+"""Counts per key and event-time window (tumbling or hopping), with the late side output:
+:class:`WindowedCounts` on Spark's stateful streaming (``transformWithStateInPandas``,
+EventTime mode), applied by :func:`windowed_counts`; the window logic is
+:mod:`riverbed.pipelines.operators.windows`.
+
+The operator takes a DataFrame of events (JSON already parsed, an integer ``ts`` column in
+epoch ms, a watermark declared with
+:func:`~riverbed.pipelines.operators.inputs.with_event_time`, so that it sees late rows)
+and returns rows ready for the riverbed sink (``topic``, ``key``, ``value``: JSON strings),
+so that the results and the late side output are written together, in the same
+transactions, exactly once. Rows for windows still open are counted; a late row (its
+window already complete) goes to the side output with the reason.
+
+**Partial aggregation before the shuffle.** As Spark's own aggregations do, the events are
+first counted where they are read: :func:`count_panes` turns each Arrow batch
+(``mapInArrow``) into one row per grouping key and pane (the slide-aligned interval whose
+events all belong to the same windows) with its count and, for the late side output, the
+pane's events as one Arrow IPC stream, opened only if the pane turns out late. The
+stateful operator then sees a few rows per key instead of every event.
+
+**State**, per grouping key (Spark's state store, RocksDB, checkpointed): the map state
+``counts``, window start -> count, and a timer at each window's end, when the window is
+emitted, once.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
+from pyspark.sql.types import BinaryType, LongType, StructField, StructType
+
+from riverbed.pipelines.operators.base import OUTPUT_SCHEMA, Operator, OutputRows
+from riverbed.pipelines.operators.rows import dumps, plain
+from riverbed.pipelines.operators.windows import counts_by_window, late_reason, pane_start
+
+__all__ = ["WindowedCounts", "count_panes", "windowed_counts"]
+
+PANE_START, PANE_EVENTS, PANE_ROWS = "pane_start", "pane_events", "pane_rows"
+
+
+def count_panes(
+    batch: pa.RecordBatch,
+    *,
+    key_fields: Sequence[str],
+    slide_ms: int,
+    required: Sequence[str],
+    event_fields: Sequence[str],
+) -> pa.RecordBatch:
+    """A batch of events (``ts`` in epoch ms) counted per grouping key and pane: one row per
+    (key, pane) with the key fields, ``pane_start``, ``pane_events`` (the count) and
+    ``pane_rows``, the pane's ``event_fields`` as an Arrow IPC stream (empty when
+    ``event_fields`` is). Events without one of the ``required`` fields are left out."""
+    table = pa.Table.from_batches([batch])
+    valid = np.ones(table.num_rows, dtype=bool)
+    for name in required:
+        valid &= table[name].is_valid().to_numpy(zero_copy_only=False)
+    table = table.filter(pa.array(valid))
+    panes = pane_start(table["ts"].to_numpy().astype(np.int64), slide_ms)
+    grouping = [*key_fields, PANE_START]
+    table = (
+        table.append_column(PANE_START, pa.array(panes, pa.int64()))
+        .sort_by([(name, "ascending") for name in grouping])
+        .combine_chunks()
+    )
+    rows = table.num_rows
+    first = np.ones(rows, dtype=bool)
+    if rows > 1:
+        first[1:] = False
+        for name in grouping:
+            column = table[name]
+            changed = pc.not_equal(column.slice(1), column.slice(0, rows - 1))
+            first[1:] |= changed.to_numpy(zero_copy_only=False)
+    starts = np.flatnonzero(first)
+    ends = np.append(starts[1:], rows)[: len(starts)]
+    events = table.select(list(event_fields))
+    bounds = zip(starts.tolist(), ends.tolist(), strict=True)
+    blobs = [_ipc(events.slice(a, b - a)) if event_fields else b"" for a, b in bounds]
+    heads = table.take(pa.array(starts, pa.int64()))
+    return pa.RecordBatch.from_arrays(
+        [
+            *(heads[name].combine_chunks() for name in grouping),
+            pa.array(ends - starts, pa.int64()),
+            pa.array(blobs, pa.binary()),
+        ],
+        names=[*grouping, PANE_EVENTS, PANE_ROWS],
+    )
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _pane_batches(batches: Iterator[pa.RecordBatch], **panes: Any) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        counted = count_panes(batch, **panes)
+        if counted.num_rows:
+            yield counted
+
+
+class WindowedCounts(Operator):
+    """Counts per grouping key and event-time window (tumbling or hopping), emitted once per
+    window when the watermark reaches its end; late events go to ``late_topic`` (None: no
+    side output), keyed by ``late_key_field``. Its input is :func:`count_panes`'s rows
+    (:func:`windowed_counts` puts them in between); the result is keyed ``window_start`` and
+    the key fields, its value the window, the key fields and ``count_field``."""
+
+    def __init__(
+        self,
+        *,
+        key_fields: Sequence[str],
+        size_ms: int,
+        slide_ms: int,
+        topic: str,
+        count_field: str,
+        late_topic: str | None,
+        late_key_field: str,
+        event_fields: Sequence[str],
+    ) -> None:
+        super().__init__(output_schema=OUTPUT_SCHEMA)
+        self.key_fields = list(key_fields)
+        self.size_ms, self.slide_ms = size_ms, slide_ms
+        self.topic, self.count_field = topic, count_field
+        self.late_topic, self.late_key_field = late_topic, late_key_field
+        self.event_fields = list(event_fields)
+
+    def pane_counter(self) -> Any:
+        """The ``mapInArrow`` function that counts events per key and pane."""
+        late = self.late_topic is not None
+        return functools.partial(
+            _pane_batches,
+            key_fields=self.key_fields,
+            slide_ms=self.slide_ms,
+            required=[*self.key_fields, "ts", *([self.late_key_field] if late else [])],
+            event_fields=self.event_fields if late else [],
+        )
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.counts = handle.getMapState("counts", "window_start LONG", "count LONG")
+
+    def on_input(self, key: Any, batch: pd.DataFrame, watermark_ms: int) -> OutputRows:
+        counts, late_rows, late_starts = counts_by_window(
+            batch[PANE_START].to_numpy(dtype=np.int64),
+            self.size_ms,
+            self.slide_ms,
+            watermark_ms,
+            batch[PANE_EVENTS].to_numpy(dtype=np.int64),
+        )
+        for start, added in counts.items():
+            stored = self.counts.getValue((start,)) if self.counts.containsKey((start,)) else None
+            if stored is None:
+                self.handle.registerTimer(start + self.size_ms)
+            before = 0 if stored is None else int(stored[0])
+            self.counts.updateValue((start,), (before + added,))
+        out: OutputRows = []
+        if self.late_topic is not None:
+            for row, start in zip(late_rows.tolist(), late_starts.tolist(), strict=True):
+                reason = late_reason(start, start + self.size_ms, watermark_ms)
+                with pa.ipc.open_stream(batch.at[row, PANE_ROWS]) as reader:
+                    events = reader.read_all().to_pylist()
+                for event in events:
+                    event["reason"] = reason
+                    late_key = {self.late_key_field: event[self.late_key_field]}
+                    out.append((self.late_topic, dumps(late_key), dumps(event)))
+        return out
+
+    def on_timer(self, key: Any, watermark_ms: int, expiry_ms: int) -> OutputRows:
+        end = expiry_ms
+        start = end - self.size_ms
+        stored = self.counts.getValue((start,)) if self.counts.containsKey((start,)) else None
+        if stored is None:
+            return []
+        count = int(stored[0])
+        self.counts.removeKey((start,))
+        group = dict(zip(self.key_fields, (plain(k) for k in key), strict=True))
+        result_key = {"window_start": start, **group}
+        value = {"window_start": start, "window_end": end, **group, self.count_field: int(count)}
+        return [(self.topic, dumps(result_key), dumps(value))]
+
+
+def windowed_counts(events: DataFrame, processor: WindowedCounts) -> DataFrame:
+    """Apply :class:`WindowedCounts` (events need a watermark:
+    :func:`~riverbed.pipelines.operators.inputs.with_event_time`), counting per pane before
+    the shuffle (module docstring)."""
+    pane_schema = StructType(
+        [
+            *(events.schema[name] for name in processor.key_fields),
+            StructField(PANE_START, LongType(), False),
+            StructField(PANE_EVENTS, LongType(), False),
+            StructField(PANE_ROWS, BinaryType(), False),
+        ]
+    )
+    panes = events.mapInArrow(processor.pane_counter(), pane_schema)
+    return panes.groupBy(*processor.key_fields).transformWithStateInPandas(
+        processor, processor.output_schema, "append", "EventTime"
+    )

@@ -1,0 +1,53 @@
+"""The ``page_views_per_minute`` pipeline (DESIGN.md): page views per page in tumbling
+1-minute event-time windows, each written once complete; every page view too late for its
+window goes to ``late_events`` with the reason, keyed by ``event_id``.
+
+The operator is :class:`~riverbed.pipelines.operators.windowed_counts.WindowedCounts`
+(watermark 2 minutes): :func:`page_view_counts` builds it for any window size and slide,
+so ``page_views_sliding`` is the same pipeline with hopping windows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pyspark.sql import DataFrame
+
+from riverbed.pipelines.operators.inputs import json_events, with_event_time
+from riverbed.pipelines.operators.windowed_counts import WindowedCounts, windowed_counts
+from riverbed.pipelines.shop.contract import MINUTE_MS, PAGE_VIEW, WATERMARK_DELAY
+
+__all__ = ["build", "page_view_counts", "page_views"]
+
+
+def page_views(source: DataFrame) -> DataFrame:
+    """The ``page_views`` events of the source, parsed once. Records that are not page views
+    (no ``ts``, ``page`` or ``event_id``) are left out by the operators."""
+    return json_events(source, "page_views", PAGE_VIEW)
+
+
+def page_view_counts(
+    *, size_ms: int, slide_ms: int, topic: str, late_topic: str
+) -> Callable[[DataFrame], DataFrame]:
+    """Page views per page and window (the windowed-count operator), late ones aside."""
+
+    def build(source: DataFrame) -> DataFrame:
+        counts = WindowedCounts(
+            key_fields=["page"],
+            size_ms=size_ms,
+            slide_ms=slide_ms,
+            topic=topic,
+            count_field="views",
+            late_topic=late_topic,
+            late_key_field="event_id",
+            event_fields=PAGE_VIEW.fieldNames(),
+        )
+        return windowed_counts(with_event_time(page_views(source), WATERMARK_DELAY), counts)
+
+    return build
+
+
+build = page_view_counts(
+    size_ms=MINUTE_MS, slide_ms=MINUTE_MS, topic="page_views_per_minute", late_topic="late_events"
+)
+"""``page_views_per_minute`` from a source subscribed to ``page_views``."""
