@@ -100,7 +100,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 import riverbed.spark
-from riverbed.cdc.catalog import TableInfo
+from riverbed.cdc.preflight import TableInfo
 from riverbed.cdc.changes import SnapshotRecords, dumps
 from riverbed.cdc.envelope import Source, change_event
 from riverbed.pipelines.catalog import PIPELINES

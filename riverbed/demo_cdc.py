@@ -36,8 +36,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
 import riverbed.spark
-from riverbed.cdc.capture import CaptureConfig
-from riverbed.cdc.capture import run as run_capture
+from riverbed.cdc.capture import LogCaptureConfig, run_log_capture
 from riverbed.demo_pipelines import start
 from riverbed.local_postgres import PostgresCluster
 from riverbed.pipelines.catalog import PIPELINES
@@ -170,7 +169,7 @@ def run(bootstrap: str, *, seconds: float) -> None:
         database = ShopDatabase.connect(cluster.dsn, timeout_s=10)
         database.create_tables()
         database.close()
-        capture_config = CaptureConfig(
+        capture_config = LogCaptureConfig(
             dsn=cluster.dsn,
             bootstrap=bootstrap,
             prefix="shop",
@@ -181,7 +180,7 @@ def run(bootstrap: str, *, seconds: float) -> None:
 
         def capture() -> None:
             try:
-                run_capture(capture_config, say=lambda line: None, stopping=stop.is_set)
+                run_log_capture(capture_config, say=lambda line: None, stopping=stop.is_set)
             except BaseException as e:  # shown after the section
                 errors.append(e)
 

@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from riverbed.cdc.catalog import TableInfo
 from riverbed.cdc.changes import (
     ChangeTranslator,
     Position,
@@ -37,6 +36,7 @@ from riverbed.cdc.pgoutput import (
     Unchanged,
     Update,
 )
+from riverbed.cdc.preflight import TableInfo
 
 TEXT = 25
 USERS_OID, OTHER_OID = 16_385, 16_999

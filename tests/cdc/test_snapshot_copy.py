@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from riverbed.cdc.catalog import TableInfo
 from riverbed.cdc.envelope import Json
+from riverbed.cdc.preflight import TableInfo
 from riverbed.cdc.snapshot import CopyRows, copy_tables, parse_copy_line
 
 Row = list[bytes | None]

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from riverbed.cdc.catalog import TableInfo
 from riverbed.cdc.envelope import Json
+from riverbed.cdc.preflight import TableInfo
 from riverbed.cdc.snapshot import copy_tables
-from riverbed.cdc.trigger import TriggerConfig, _Drain, parse_record
+from riverbed.cdc.trigger import TriggerCaptureConfig, _Drain, parse_record
 from riverbed.local_postgres import PostgresCluster
 
 AWKWARD: list[str | None] = [
@@ -158,7 +158,7 @@ def test_trigger_changes_have_the_same_columns_as_the_snapshot(sql: Any) -> None
     )
     sql.execute("SELECT row(t.*)::text, clock_timestamp() FROM record_generated t")
     new_row, at = sql.fetchone()
-    config = TriggerConfig(dsn="", bootstrap="", prefix="shop", tables=(), name="audit")
+    config = TriggerCaptureConfig(dsn="", bootstrap="", prefix="shop", tables=(), name="audit")
     drain = _Drain(config, "postgres", {("public", "record_generated"): table})
     audit_row = (1, "1000", "public", "record_generated", "c", None, new_row, at)
     [record] = drain.records(sql, [audit_row])

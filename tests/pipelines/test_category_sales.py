@@ -23,7 +23,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from riverbed.cdc.catalog import TableInfo
+from riverbed.cdc.preflight import TableInfo
 from riverbed.cdc.changes import SnapshotRecords
 from riverbed.cdc.envelope import Source, change_event
 from tests.conftest import BrokerProcess, create_topic
