@@ -14,8 +14,6 @@ Every message is one line, for ``riverbed cdc`` to print as it is.
 
 from __future__ import annotations
 
-__all__ = ["CaptureError", "CaptureSetupError", "CdcError", "PgOutputError"]
-
 
 class CdcError(Exception):
     """Base class of every error the capture raises on purpose."""
