@@ -9,7 +9,15 @@
           .option("subscribe", "clicks")
           .load())
 
-The data source mirrors Spark's Kafka connector (see :mod:`riverbed.spark.source`).
+The data source mirrors Spark's Kafka connector, so a job moves to ``format("kafka")`` by
+changing one word. Its parts:
+
+- :mod:`riverbed.spark.datasource`: the data source Spark registers (both halves);
+- :mod:`riverbed.spark.source`: reading, batch and streaming (Spark's Kafka source);
+- :mod:`riverbed.spark.sink`: writing, exactly once with Kafka transactions (unlike Spark's
+  Kafka sink, which is at-least-once);
+- :mod:`riverbed.spark.errors`: the one exception hierarchy, rooted at
+  :class:`RiverbedSparkError`.
 """
 
 from __future__ import annotations
@@ -20,9 +28,31 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
-from riverbed.spark.source import SOURCE_NAME, RiverbedDataSource
+from riverbed.spark.datasource import SOURCE_NAME, RiverbedDataSource
+from riverbed.spark.errors import (
+    DataLossError,
+    RiverbedSparkError,
+    SinkDataError,
+    SinkError,
+    SinkOptionError,
+    SinkWriteError,
+    SourceError,
+    SourceOptionError,
+)
 
-__all__ = ["SOURCE_NAME", "register", "session"]
+__all__ = [
+    "SOURCE_NAME",
+    "DataLossError",
+    "RiverbedSparkError",
+    "SinkDataError",
+    "SinkError",
+    "SinkOptionError",
+    "SinkWriteError",
+    "SourceError",
+    "SourceOptionError",
+    "register",
+    "session",
+]
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 """transformWithState needs it, and it keeps large state off the JVM heap; Spark 4.3's
