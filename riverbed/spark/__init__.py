@@ -16,6 +16,8 @@ changing one word. Its parts:
 - :mod:`riverbed.spark.source`: reading, batch and streaming (Spark's Kafka source);
 - :mod:`riverbed.spark.sink`: writing, exactly once with Kafka transactions (unlike Spark's
   Kafka sink, which is at-least-once);
+- :mod:`riverbed.spark.workers`: the check :func:`register` runs first, that Spark's Python
+  workers can import riverbed (:class:`WorkerSetupError` says what to set if not);
 - :mod:`riverbed.spark.errors`: the one exception hierarchy, rooted at
   :class:`RiverbedSparkError`.
 """
@@ -38,7 +40,9 @@ from riverbed.spark.errors import (
     SinkWriteError,
     SourceError,
     SourceOptionError,
+    WorkerSetupError,
 )
+from riverbed.spark.workers import check_workers
 
 __all__ = [
     "SOURCE_NAME",
@@ -50,6 +54,7 @@ __all__ = [
     "SinkWriteError",
     "SourceError",
     "SourceOptionError",
+    "WorkerSetupError",
     "register",
     "session",
 ]
@@ -60,7 +65,13 @@ default is still the HDFS-backed (in-heap) provider."""
 
 
 def register(spark: SparkSession) -> None:
-    """Make ``format("riverbed")`` available in ``spark`` (idempotent)."""
+    """Make ``format("riverbed")`` available in ``spark`` (idempotent).
+
+    First it checks that Spark's Python workers can import riverbed, with a job of one task
+    (:func:`~riverbed.spark.workers.check_workers`), and raises :class:`WorkerSetupError` if
+    they cannot: one line naming their interpreter and what to set, instead of a worker's
+    traceback at the first query."""
+    check_workers(spark)
     spark.dataSource.register(RiverbedDataSource)
 
 
@@ -71,7 +82,8 @@ def session(
     config: Mapping[str, str] | None = None,
     log_level: str = "WARN",
 ) -> SparkSession:
-    """A SparkSession with riverbed registered and local defaults that suit one machine:
+    """A SparkSession with riverbed registered (:func:`register`, which checks the Python
+    workers) and local defaults that suit one machine:
 
     - ``master``: ``local[N]`` with N = the machine's cores, unless given (or set through
       ``spark-submit``/``PYSPARK_SUBMIT_ARGS``, which win as usual);

@@ -1,6 +1,8 @@
 """Errors of the ``riverbed`` data source, one hierarchy for reading and writing.
 
     RiverbedSparkError                    anything the data source refuses or cannot do
+    ├── WorkerSetupError                  Spark's Python workers cannot import riverbed
+    │                                     (raised by register(): the message says what to set)
     ├── SourceError                       ... when reading
     │   ├── SourceOptionError (ValueError)  a bad option: the message names it
     │   └── DataLossError                   offsets the query needs are gone (failOnDataLoss)
@@ -19,6 +21,11 @@ from __future__ import annotations
 
 class RiverbedSparkError(Exception):
     """Base class of every error the ``riverbed`` data source raises on purpose."""
+
+
+class WorkerSetupError(RiverbedSparkError):
+    """Spark's Python workers cannot import riverbed: the message names their interpreter and
+    says what to set (``PYSPARK_PYTHON``) instead."""
 
 
 class SourceError(RiverbedSparkError):
