@@ -42,8 +42,8 @@ from riverbed.local_postgres import PostgresCluster
 from riverbed.pipelines.catalog import PIPELINES
 from riverbed.pipelines.runner import ensure_outputs
 from riverbed.workloads.database import ShopDatabase
+from riverbed.workloads.playback import PlaybackConfig, run_shop
 from riverbed.workloads.shop import ShopConfig
-from riverbed.workloads.sink import SinkConfig, run_shop
 
 _QUIET = logging.getLogger("riverbed.demo.librdkafka")
 _QUIET.addHandler(logging.NullHandler())
@@ -223,7 +223,7 @@ def run(bootstrap: str, *, seconds: float) -> None:
             events = int(seconds * shop.event_rate)
             summary = run_shop(
                 shop,
-                SinkConfig(bootstrap=bootstrap, dsn=cluster.dsn, events=events, rate=60.0),
+                PlaybackConfig(bootstrap=bootstrap, dsn=cluster.dsn, events=events, rate=60.0),
                 stopping=lambda: bool(errors),
             )
             ops = ", ".join(f"{n:,} {kind.value}s" for kind, n in summary.operations.items())
