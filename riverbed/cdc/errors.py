@@ -9,7 +9,11 @@
     └── PgOutputError               bytes that are not a pgoutput message of protocol
                                     version 1 (the server's fault, or a plugin mismatch)
 
-Every message is one line, for ``riverbed cdc`` to print as it is.
+Every message is one line, for ``riverbed cdc`` to print as it is. The pure converters
+(:mod:`~riverbed.cdc.changes`, :mod:`~riverbed.cdc.envelope`, :mod:`~riverbed.cdc.snapshot`'s
+COPY parser, :func:`~riverbed.cdc.trigger.parse_record`) raise ``ValueError`` for input they
+cannot read, as Python's own parsers do; the log-based capture reports one met while
+streaming as a :class:`CaptureError` naming the LSN.
 """
 
 from __future__ import annotations
