@@ -100,9 +100,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 import riverbed.spark
-from riverbed.cdc.catalog import TableInfo
 from riverbed.cdc.changes import SnapshotRecords, dumps
 from riverbed.cdc.envelope import Source, change_event
+from riverbed.cdc.preflight import TableInfo
 from riverbed.pipelines.shop import PIPELINES
 from riverbed.workloads.oltp import PRIMARY_KEYS, Operation, OpKind, operations
 from riverbed.workloads.shop import Event, ShopConfig, events

@@ -39,7 +39,7 @@ from pyspark.sql.types import StructType
 
 import riverbed.spark
 from riverbed.demo import count_records
-from riverbed.spark.schema import arrow_schema, source_schema
+from riverbed.spark.source.schema import arrow_schema, source_schema
 
 PARTITIONS = 4
 CHUNK_ROWS = 50_000

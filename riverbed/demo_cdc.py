@@ -36,15 +36,14 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
 import riverbed.spark
-from riverbed.cdc.capture import CaptureConfig
-from riverbed.cdc.capture import run as run_capture
+from riverbed.cdc.capture import LogCaptureConfig, run_log_capture
 from riverbed.demo_pipelines import start
 from riverbed.local_postgres import PostgresCluster
 from riverbed.pipelines.runner import ensure_outputs
 from riverbed.pipelines.shop import PIPELINES
 from riverbed.workloads.database import ShopDatabase
+from riverbed.workloads.playback import PlaybackConfig, run_shop
 from riverbed.workloads.shop import ShopConfig
-from riverbed.workloads.sink import SinkConfig, run_shop
 
 _QUIET = logging.getLogger("riverbed.demo.librdkafka")
 _QUIET.addHandler(logging.NullHandler())
@@ -170,7 +169,7 @@ def run(bootstrap: str, *, seconds: float) -> None:
         database = ShopDatabase.connect(cluster.dsn, timeout_s=10)
         database.create_tables()
         database.close()
-        capture_config = CaptureConfig(
+        capture_config = LogCaptureConfig(
             dsn=cluster.dsn,
             bootstrap=bootstrap,
             prefix="shop",
@@ -181,7 +180,7 @@ def run(bootstrap: str, *, seconds: float) -> None:
 
         def capture() -> None:
             try:
-                run_capture(capture_config, say=lambda line: None, stopping=stop.is_set)
+                run_log_capture(capture_config, say=lambda line: None, stopping=stop.is_set)
             except BaseException as e:  # shown after the section
                 errors.append(e)
 
@@ -224,7 +223,7 @@ def run(bootstrap: str, *, seconds: float) -> None:
             events = int(seconds * shop.event_rate)
             summary = run_shop(
                 shop,
-                SinkConfig(bootstrap=bootstrap, dsn=cluster.dsn, events=events, rate=60.0),
+                PlaybackConfig(bootstrap=bootstrap, dsn=cluster.dsn, events=events, rate=60.0),
                 stopping=lambda: bool(errors),
             )
             ops = ", ".join(f"{n:,} {kind.value}s" for kind, n in summary.operations.items())

@@ -1,8 +1,8 @@
 """Log-based capture: a logical replication slot (pgoutput) streamed into the CDC topics.
 
-The life of ``riverbed cdc run`` (:func:`run`):
+The life of ``riverbed cdc run`` (:func:`run_log_capture`):
 
-1. Pre-flight checks (:mod:`riverbed.cdc.catalog`), the publication created or completed,
+1. Pre-flight checks (:mod:`riverbed.cdc.preflight`), the publication created or completed,
    the topics created (compacted), the broker's last positions read back.
 2. The slot. A new one is created with ``EXPORT_SNAPSHOT``: the snapshot it exports is the
    database exactly at the slot's consistent point. With ``--snapshot initial`` (the
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import select
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,46 +37,41 @@ import psycopg2
 import psycopg2.extensions
 import psycopg2.extras
 
-from riverbed.cdc.catalog import (
-    CaptureSetupError,
-    TableInfo,
-    ensure_publication,
-    identifier,
-    inspect_tables,
-    parse_table_name,
-)
 from riverbed.cdc.changes import (
     ChangeTranslator,
     TransactionEnd,
     dumps,
     topic_name,
 )
-from riverbed.cdc.pgoutput import PgOutputError, decode_message
-from riverbed.cdc.publisher import STATE_TOPIC, CaptureError, Publisher
+from riverbed.cdc.config import SNAPSHOT_MODES, CaptureConfig
+from riverbed.cdc.errors import CaptureError, CaptureSetupError, PgOutputError
+from riverbed.cdc.pgoutput import decode_message
+from riverbed.cdc.preflight import (
+    TableInfo,
+    connect,
+    ensure_publication,
+    identifier,
+    inspect_tables,
+)
+from riverbed.cdc.publisher import STATE_TOPIC, Publisher
 from riverbed.cdc.snapshot import snapshot_tables
 
-__all__ = ["CaptureConfig", "connect", "format_lsn", "parse_lsn", "run"]
+__all__ = ["LogCaptureConfig", "format_lsn", "parse_lsn", "run_log_capture"]
 
-SNAPSHOT_MODES = ("initial", "never", "when_needed")
 FEEDBACK_EVERY_S = 0.05
 """How often at most an advanced confirmed position is sent to the server."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class CaptureConfig:
-    dsn: str
-    bootstrap: str
-    prefix: str
-    tables: tuple[str, ...]
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogCaptureConfig(CaptureConfig):
+    """A log-based capture: its replication slot and publication, and how often it confirms
+    the server's position while the captured tables are idle."""
+
     slot: str
     publication: str
-    snapshot: str = "initial"
-    keys: dict[str, tuple[str, ...]] = field(default_factory=dict)
     heartbeat_ms: int = 10_000
     drop_slot: bool = False
-    partitions: int = 1
-    connect_timeout_s: float = 10.0
-    progress_every_s: float = 10.0
+    """On stop, drop the slot and its snapshot record: the next run starts over."""
 
 
 def format_lsn(lsn: int) -> str:
@@ -88,30 +83,9 @@ def parse_lsn(text: str) -> int:
     return (int(high, 16) << 32) | int(low, 16)
 
 
-def connect(dsn: str, *, timeout_s: float, replication: bool = False) -> Any:
-    """A connection in UTC (times print as ``+00``), or a CaptureSetupError saying why not."""
-    factory = psycopg2.extras.LogicalReplicationConnection if replication else None
-    try:
-        connection = psycopg2.connect(
-            dsn,
-            connection_factory=factory,
-            connect_timeout=max(1, round(timeout_s)),
-            options="-c TimeZone=UTC -c DateStyle=ISO",
-            application_name="riverbed-cdc",
-        )
-    except psycopg2.OperationalError as e:
-        reason = " ".join(str(e).split())
-        raise CaptureSetupError(f"cannot connect to the database: {reason}") from None
-    except psycopg2.ProgrammingError as e:  # a malformed DSN
-        raise CaptureSetupError(f"invalid --dsn: {' '.join(str(e).split())}") from None
-    if not replication:
-        connection.autocommit = True
-    return connection
-
-
 @dataclass
 class _Run:
-    config: CaptureConfig
+    config: LogCaptureConfig
     say: Callable[[str], None]
     stopping: Callable[[], bool]
     db: str = ""
@@ -123,7 +97,9 @@ class _Run:
         return dumps({"prefix": self.config.prefix, "slot": self.config.slot})
 
 
-def run(config: CaptureConfig, *, say: Callable[[str], None], stopping: Callable[[], bool]) -> None:
+def run_log_capture(
+    config: LogCaptureConfig, *, say: Callable[[str], None], stopping: Callable[[], bool]
+) -> None:
     """Capture until ``stopping()`` is true (module docstring); errors as CaptureSetupError
     (the database is not ready) or CaptureError (the capture cannot go on)."""
     if config.snapshot not in SNAPSHOT_MODES:
@@ -344,16 +320,3 @@ def _drop_slot(sql: Any, slot: str) -> None:
         except psycopg2.errors.ObjectInUse:
             time.sleep(0.1)
     raise CaptureError(f"slot {slot} is still in use: stop the other capture first")
-
-
-def parse_keys(specs: Sequence[str]) -> dict[str, tuple[str, ...]]:
-    """``["s.t=a,b"]`` → ``{"s.t": ("a", "b")}`` (the ``--key`` flags)."""
-    keys: dict[str, tuple[str, ...]] = {}
-    for spec in specs:
-        table, sep, columns = spec.partition("=")
-        names = tuple(c.strip() for c in columns.split(",") if c.strip())
-        if not sep or not table.strip() or not names:
-            raise CaptureSetupError(f"--key expects schema.table=col1,col2, got {spec!r}")
-        schema, name = parse_table_name(table)
-        keys[f"{schema}.{name}"] = names
-    return keys

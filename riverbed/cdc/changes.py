@@ -26,7 +26,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from riverbed.cdc.catalog import TableInfo
 from riverbed.cdc.envelope import Json, Source, change_event, key_of, row_of
 from riverbed.cdc.pgoutput import (
     Begin,
@@ -38,6 +37,7 @@ from riverbed.cdc.pgoutput import (
     Truncate,
     Update,
 )
+from riverbed.cdc.preflight import TableInfo
 
 POSTGRES_EPOCH_US = 946_684_800_000_000  # 2000-01-01 UTC in microseconds since 1970
 

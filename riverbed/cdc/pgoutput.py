@@ -3,7 +3,7 @@
 Sans-IO: :func:`decode_message` turns the bytes of one message (the payload of one
 XLogData of the streaming replication protocol, or one row of
 ``pg_logical_slot_get_binary_changes(..., 'proto_version', '1', 'publication_names', ...)``)
-into one typed value, or raises :class:`PgOutputError`; nothing else.
+into one typed value, or raises :class:`~riverbed.cdc.errors.PgOutputError`; nothing else.
 
 The formats are PostgreSQL's "Logical Replication Message Formats" (all integers
 big-endian, strings NUL-terminated, times in microseconds since 2000-01-01 UTC, LSNs as
@@ -37,6 +37,8 @@ import enum
 import struct
 from dataclasses import dataclass
 
+from riverbed.cdc.errors import PgOutputError
+
 __all__ = [
     "Begin",
     "Column",
@@ -46,7 +48,6 @@ __all__ = [
     "LogicalMessage",
     "Message",
     "Origin",
-    "PgOutputError",
     "Relation",
     "Truncate",
     "TupleValue",
@@ -66,11 +67,6 @@ _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
 _I64 = struct.Struct(">q")
 _U64 = struct.Struct(">Q")
-
-
-class PgOutputError(Exception):
-    """Bytes that are not a pgoutput message of protocol version 1 (the server's fault, or a
-    plugin/version mismatch)."""
 
 
 class ReplicaIdentity(enum.Enum):

@@ -39,8 +39,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from riverbed.cdc.changes import POSITION_HEADER, Position, Record
+from riverbed.cdc.errors import CaptureError
 
-__all__ = ["STATE_TOPIC", "CaptureError", "Publisher", "murmur2_partition"]
+__all__ = ["STATE_TOPIC", "Publisher", "murmur2_partition"]
 
 _LOG = logging.getLogger("riverbed.cdc.librdkafka")
 _LOG.addHandler(logging.NullHandler())
@@ -52,10 +53,6 @@ like Kafka Connect's ``connect-offsets``)."""
 
 READ_BACK = 1000
 """How many records per partition are read back at first to find the last position."""
-
-
-class CaptureError(Exception):
-    """The capture cannot go on (the message says why); nothing unacknowledged is confirmed."""
 
 
 def murmur2(data: bytes) -> int:

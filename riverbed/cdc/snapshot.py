@@ -20,10 +20,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from riverbed.cdc.catalog import TableInfo, identifier, quoted_name
 from riverbed.cdc.changes import SnapshotRecords
 from riverbed.cdc.envelope import Json, row_converter
 from riverbed.cdc.pgoutput import Column
+from riverbed.cdc.preflight import TableInfo, identifier, quoted_name
 from riverbed.cdc.publisher import Publisher
 
 __all__ = [

@@ -42,36 +42,31 @@ from typing import Any
 
 import psycopg2
 
-from riverbed.cdc.capture import connect
-from riverbed.cdc.catalog import TableInfo, identifier, inspect_tables, quoted_name
 from riverbed.cdc.changes import Record, dumps, topic_name
+from riverbed.cdc.config import CaptureConfig
 from riverbed.cdc.envelope import Json, Source, change_event, key_of, row_of
+from riverbed.cdc.errors import CaptureError
 from riverbed.cdc.pgoutput import Column
-from riverbed.cdc.publisher import STATE_TOPIC, CaptureError, Publisher
+from riverbed.cdc.preflight import TableInfo, connect, identifier, inspect_tables, quoted_name
+from riverbed.cdc.publisher import STATE_TOPIC, Publisher
 from riverbed.cdc.snapshot import snapshot_tables
 
-__all__ = ["TriggerConfig", "parse_record", "run_trigger_capture"]
+__all__ = ["TriggerCaptureConfig", "parse_record", "run_trigger_capture"]
 
 SCHEMA = "riverbed_cdc"
 BATCH = 20_000
 """Audit rows read per poll (more when a transaction is larger)."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class TriggerConfig:
-    dsn: str
-    bootstrap: str
-    prefix: str
-    tables: tuple[str, ...]
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TriggerCaptureConfig(CaptureConfig):
+    """A trigger-based capture: its audit table, and how often it is drained."""
+
     name: str
     """The audit table's name in schema riverbed_cdc (the CLI's --slot)."""
-    keys: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    snapshot: str = "initial"
     poll_ms: int = 100
     drop: bool = False
-    partitions: int = 1
-    connect_timeout_s: float = 10.0
-    progress_every_s: float = 10.0
+    """On stop, remove the triggers and the audit table: the next run starts over."""
 
     @property
     def audit(self) -> str:
@@ -109,7 +104,7 @@ def parse_record(text: str) -> list[str | None]:
         position += 1  # the comma (the pattern's lookahead saw it)
 
 
-def _install(cursor: Any, config: TriggerConfig, tables: list[TableInfo]) -> None:
+def _install(cursor: Any, config: TriggerCaptureConfig, tables: list[TableInfo]) -> None:
     function = f"{identifier(SCHEMA)}.{identifier('capture_' + config.name)}"
     trigger = identifier(f"riverbed_cdc_{config.name}")
     cursor.execute(f"CREATE SCHEMA IF NOT EXISTS {identifier(SCHEMA)}")
@@ -152,7 +147,7 @@ def _install(cursor: Any, config: TriggerConfig, tables: list[TableInfo]) -> Non
         )
 
 
-def _uninstall(cursor: Any, config: TriggerConfig, tables: list[TableInfo]) -> None:
+def _uninstall(cursor: Any, config: TriggerCaptureConfig, tables: list[TableInfo]) -> None:
     for table in tables:
         for trigger in (f"riverbed_cdc_{config.name}", f"riverbed_cdc_{config.name}_truncate"):
             cursor.execute(f"DROP TRIGGER IF EXISTS {identifier(trigger)} ON {quoted_name(table)}")
@@ -165,7 +160,7 @@ def _uninstall(cursor: Any, config: TriggerConfig, tables: list[TableInfo]) -> N
 class _Drain:
     """The audit table's rows turned into records, a transaction at a time."""
 
-    config: TriggerConfig
+    config: TriggerCaptureConfig
     db: str
     tables: Mapping[tuple[str, str], TableInfo]
     columns: dict[tuple[str, str], tuple[list[Column], set[str]]] = field(default_factory=dict)
@@ -269,7 +264,7 @@ class _Drain:
 
 
 def run_trigger_capture(
-    config: TriggerConfig, *, say: Callable[[str], None], stopping: Callable[[], bool]
+    config: TriggerCaptureConfig, *, say: Callable[[str], None], stopping: Callable[[], bool]
 ) -> None:
     """Install the triggers, snapshot if needed, then drain the audit table until stopped."""
     sql = connect(config.dsn, timeout_s=config.connect_timeout_s)
@@ -317,7 +312,7 @@ def run_trigger_capture(
 
 
 def _snapshot(
-    config: TriggerConfig,
+    config: TriggerCaptureConfig,
     db: str,
     tables: list[TableInfo],
     publisher: Publisher,
@@ -358,7 +353,7 @@ def _snapshot(
 
 
 def _drain_loop(
-    config: TriggerConfig,
+    config: TriggerCaptureConfig,
     drain: _Drain,
     sql: Any,
     publisher: Publisher,

@@ -14,11 +14,12 @@ import signal
 import sys
 from typing import Any
 
-from riverbed.cdc.capture import SNAPSHOT_MODES, CaptureConfig, connect, parse_keys, run
-from riverbed.cdc.catalog import CaptureSetupError
-from riverbed.cdc.publisher import CaptureError
+from riverbed.cdc.capture import LogCaptureConfig, run_log_capture
+from riverbed.cdc.config import SNAPSHOT_MODES
+from riverbed.cdc.errors import CaptureSetupError, CdcError
+from riverbed.cdc.preflight import connect, parse_keys
 from riverbed.cdc.status import slot_status
-from riverbed.cdc.trigger import TriggerConfig, run_trigger_capture
+from riverbed.cdc.trigger import TriggerCaptureConfig, run_trigger_capture
 from riverbed.cli.arguments import (
     DEFAULT_CONNECT_TIMEOUT_MS,
     add_assignments,
@@ -148,7 +149,7 @@ def _run(args: argparse.Namespace) -> int:
         keys = parse_keys(args.key)
         if args.method == "trigger":
             run_trigger_capture(
-                TriggerConfig(
+                TriggerCaptureConfig(
                     dsn=args.dsn,
                     bootstrap=args.bootstrap,
                     prefix=args.prefix,
@@ -165,7 +166,7 @@ def _run(args: argparse.Namespace) -> int:
                 stopping=stop.requested,
             )
         else:
-            config = CaptureConfig(
+            config = LogCaptureConfig(
                 dsn=args.dsn,
                 bootstrap=args.bootstrap,
                 prefix=args.prefix,
@@ -179,8 +180,8 @@ def _run(args: argparse.Namespace) -> int:
                 partitions=args.partitions,
                 connect_timeout_s=timeout_s,
             )
-            run(config, say=say, stopping=stop.requested)
-    except (CaptureSetupError, CaptureError) as e:
+            run_log_capture(config, say=say, stopping=stop.requested)
+    except CdcError as e:
         raise CliError(str(e)) from None
     return 0
 

@@ -6,7 +6,7 @@ out of order, with late stragglers, sessions, card-testing bursts) to the broker
 them by event time. Same ``--seed`` and ``--start-ms``, same data. It stops after
 ``--events`` events, or at SIGTERM or Ctrl-C (cleanly: everything sent is acknowledged,
 everything due is committed), and prints one summary line on stdout. See
-:mod:`riverbed.workloads.shop` for what the data looks like, :mod:`riverbed.workloads.sink`
+:mod:`riverbed.workloads.shop` for what the data looks like, :mod:`riverbed.workloads.playback`
 for how it is written.
 """
 
@@ -33,8 +33,8 @@ from riverbed.cli.confluent import connect_admin, kafka_errors
 from riverbed.cli.errors import CliError
 from riverbed.workloads import ConfigError, WorkloadError
 from riverbed.workloads.oltp import OpKind
+from riverbed.workloads.playback import PlaybackConfig, Summary, format_ts, run_shop
 from riverbed.workloads.shop import ShopConfig, sustainable_rate
-from riverbed.workloads.sink import SinkConfig, Summary, format_ts, run_shop
 
 __all__ = ["add_parser"]
 
@@ -153,7 +153,7 @@ def _run_shop(args: argparse.Namespace) -> int:
         )
     except ConfigError as e:
         raise CliError(str(e), exit_code=2) from None
-    sink = SinkConfig(
+    playback = PlaybackConfig(
         bootstrap=args.bootstrap,
         dsn=args.dsn,
         events=args.events,
@@ -171,7 +171,7 @@ def _run_shop(args: argparse.Namespace) -> int:
         )
     with _Stop() as stop:
         try:
-            summary = run_shop(shop, sink, stopping=stop.requested, say=_say)
+            summary = run_shop(shop, playback, stopping=stop.requested, say=_say)
         except ConfigError as e:
             raise CliError(str(e), exit_code=2) from None
         except WorkloadError as e:

@@ -128,9 +128,12 @@ def run(
     ensure_outputs(pipeline, config.bootstrap, config.connect_timeout_s)
     config.checkpoint.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    spark = riverbed.spark.session(
-        f"riverbed-{pipeline.name}", master=config.master, log_level="ERROR"
-    )
+    try:
+        spark = riverbed.spark.session(
+            f"riverbed-{pipeline.name}", master=config.master, log_level="ERROR"
+        )
+    except riverbed.spark.WorkerSetupError as e:  # one line: what to set
+        raise PipelineError(str(e)) from None
     try:
         source = (
             spark.readStream.format("riverbed")

@@ -9,7 +9,17 @@
           .option("subscribe", "clicks")
           .load())
 
-The data source mirrors Spark's Kafka connector (see :mod:`riverbed.spark.source`).
+The data source mirrors Spark's Kafka connector, so a job moves to ``format("kafka")`` by
+changing one word. Its parts:
+
+- :mod:`riverbed.spark.datasource`: the data source Spark registers (both halves);
+- :mod:`riverbed.spark.source`: reading, batch and streaming (Spark's Kafka source);
+- :mod:`riverbed.spark.sink`: writing, exactly once with Kafka transactions (unlike Spark's
+  Kafka sink, which is at-least-once);
+- :mod:`riverbed.spark.workers`: the check :func:`register` runs first, that Spark's Python
+  workers can import riverbed (:class:`WorkerSetupError` says what to set if not);
+- :mod:`riverbed.spark.errors`: the one exception hierarchy, rooted at
+  :class:`RiverbedSparkError`.
 """
 
 from __future__ import annotations
@@ -20,9 +30,34 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
-from riverbed.spark.source import SOURCE_NAME, RiverbedDataSource
+from riverbed.spark.datasource import SOURCE_NAME, RiverbedDataSource
+from riverbed.spark.errors import (
+    DataLossError,
+    RiverbedSparkError,
+    SinkDataError,
+    SinkError,
+    SinkOptionError,
+    SinkWriteError,
+    SourceError,
+    SourceOptionError,
+    WorkerSetupError,
+)
+from riverbed.spark.workers import check_workers
 
-__all__ = ["SOURCE_NAME", "register", "session"]
+__all__ = [
+    "SOURCE_NAME",
+    "DataLossError",
+    "RiverbedSparkError",
+    "SinkDataError",
+    "SinkError",
+    "SinkOptionError",
+    "SinkWriteError",
+    "SourceError",
+    "SourceOptionError",
+    "WorkerSetupError",
+    "register",
+    "session",
+]
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 """transformWithState needs it, and it keeps large state off the JVM heap; Spark 4.3's
@@ -30,7 +65,13 @@ default is still the HDFS-backed (in-heap) provider."""
 
 
 def register(spark: SparkSession) -> None:
-    """Make ``format("riverbed")`` available in ``spark`` (idempotent)."""
+    """Make ``format("riverbed")`` available in ``spark`` (idempotent).
+
+    First it checks that Spark's Python workers can import riverbed, with a job of one task
+    (:func:`~riverbed.spark.workers.check_workers`), and raises :class:`WorkerSetupError` if
+    they cannot: one line naming their interpreter and what to set, instead of a worker's
+    traceback at the first query."""
+    check_workers(spark)
     spark.dataSource.register(RiverbedDataSource)
 
 
@@ -41,7 +82,8 @@ def session(
     config: Mapping[str, str] | None = None,
     log_level: str = "WARN",
 ) -> SparkSession:
-    """A SparkSession with riverbed registered and local defaults that suit one machine:
+    """A SparkSession with riverbed registered (:func:`register`, which checks the Python
+    workers) and local defaults that suit one machine:
 
     - ``master``: ``local[N]`` with N = the machine's cores, unless given (or set through
       ``spark-submit``/``PYSPARK_SUBMIT_ARGS``, which win as usual);

@@ -1,10 +1,12 @@
 """Errors of the ``riverbed`` data source, one hierarchy for reading and writing.
 
     RiverbedSparkError                    anything the data source refuses or cannot do
+    ├── WorkerSetupError                  Spark's Python workers cannot import riverbed
+    │                                     (raised by register(): the message says what to set)
     ├── SourceError                       ... when reading
     │   ├── SourceOptionError (ValueError)  a bad option: the message names it
     │   └── DataLossError                   offsets the query needs are gone (failOnDataLoss)
-    └── SinkError                         ... when writing (riverbed.spark.sink_config)
+    └── SinkError                         ... when writing
         ├── SinkOptionError (ValueError)    a bad option or input column
         ├── SinkDataError (ValueError)      a row that cannot be written as it is
         └── SinkWriteError                  the broker refused the rows or their transaction
@@ -16,11 +18,14 @@ without a SparkSession.
 
 from __future__ import annotations
 
-__all__ = ["DataLossError", "RiverbedSparkError", "SourceError", "SourceOptionError"]
-
 
 class RiverbedSparkError(Exception):
     """Base class of every error the ``riverbed`` data source raises on purpose."""
+
+
+class WorkerSetupError(RiverbedSparkError):
+    """Spark's Python workers cannot import riverbed: the message names their interpreter and
+    says what to set (``PYSPARK_PYTHON``) instead."""
 
 
 class SourceError(RiverbedSparkError):
@@ -45,3 +50,20 @@ class DataLossError(SourceError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message + self.HINT)
+
+
+class SinkError(RiverbedSparkError):
+    """The ``riverbed`` sink cannot do what was asked."""
+
+
+class SinkOptionError(SinkError, ValueError):
+    """A sink option or input column is missing or has the wrong type (the user's fault; the
+    message names it)."""
+
+
+class SinkDataError(SinkError, ValueError):
+    """A row cannot be written as it is (e.g. its topic is null and no ``topic`` option)."""
+
+
+class SinkWriteError(SinkError):
+    """The broker refused the rows or their transaction; the task fails and Spark retries."""

@@ -1,14 +1,14 @@
 """Workload generators: data that looks like a real shop's, to drive CDC and the pipelines.
 
-- :mod:`riverbed.workloads.catalog`: the shop's users (with their cards), products and pages,
+- :mod:`riverbed.workloads.cast`: the shop's users (with their cards), products and pages,
   made from the seed;
 - :mod:`riverbed.workloads.shop`: the clickstream (``page_views``, ``searches``, ``clicks``,
   ``payments``) in arrival order, out of order and with late stragglers;
 - :mod:`riverbed.workloads.oltp`: the writes of the shop's database (``users``, ``products``,
   ``orders``) as row operations;
-- :mod:`riverbed.workloads.sink`: the I/O: events to topics (confluent-kafka) and operations
-  to PostgreSQL (:mod:`riverbed.workloads.database`, psycopg2), interleaved by event time and
-  paced.
+- :mod:`riverbed.workloads.playback`: the I/O, the workload played in real time: events to
+  topics (confluent-kafka) and operations to PostgreSQL (:mod:`riverbed.workloads.database`,
+  psycopg2), interleaved by event time and paced.
 
 The generators do no I/O and read no clock: the same :class:`~riverbed.workloads.shop.
 ShopConfig` gives the same events and operations, every time.

@@ -3,7 +3,7 @@
 :func:`operations` is an endless iterator of :class:`Operation`, deterministic for a
 :class:`~riverbed.workloads.shop.ShopConfig`, with ``at_ms`` (event time) never decreasing:
 
-- first the initial load, at ``start_ms``: every user and product of the catalog (the same
+- first the initial load, at ``start_ms``: every user and product of the cast (the same
   ones the clickstream uses);
 - then, as a Poisson process of ``oltp_rate`` operations per second of event time: orders
   placed (status ``pending``, ``created_at`` = the operation's time) and moving on
@@ -16,7 +16,7 @@
 Every order refers to a user and a product that exist when it is placed; later deletes do
 not touch it (the tables have no foreign keys). The tables are DESIGN.md's, in
 :data:`SCHEMAS`. Values are Python ints and strs; ``timestamptz`` columns are epoch ms
-(the sink turns them into timestamps).
+(:class:`~riverbed.workloads.database.ShopDatabase` writes them as timestamps).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from riverbed.workloads.catalog import (
+from riverbed.workloads.cast import (
     CATEGORIES,
     COUNTRIES,
     TIERS,
@@ -115,11 +115,11 @@ class _Bag(Generic[T]):
 
 def operations(config: ShopConfig) -> Iterator[Operation]:
     """The initial load, then changes at ``oltp_rate`` per second (none if it is 0)."""
-    catalog = config.catalog()
-    shop = _Shop(random.Random(f"{config.seed}/oltp"), len(catalog.users), len(catalog.products))
-    for user in catalog.users:
+    cast = config.cast()
+    shop = _Shop(random.Random(f"{config.seed}/oltp"), len(cast.users), len(cast.products))
+    for user in cast.users:
         yield shop.insert_user(user, config.start_ms)
-    for product in catalog.products:
+    for product in cast.products:
         yield shop.insert_product(product, config.start_ms)
     if config.oltp_rate == 0:
         return

@@ -32,7 +32,7 @@ How the stream is made (every time below is event time):
 
 IDs: ``pv-N`` (page views), ``s-N`` (searches), ``cl-N`` (clicks), ``pay-N`` (payments),
 numbered from 0 as the events are made (card testing's when it is planned); users, products
-and cards come from :mod:`riverbed.workloads.catalog`.
+and cards come from :mod:`riverbed.workloads.cast`.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from riverbed.workloads import ConfigError
-from riverbed.workloads.catalog import CATEGORIES, Catalog, Product, User, shopper_count
+from riverbed.workloads.cast import CATEGORIES, Cast, Product, User, shopper_count
 
 __all__ = [
     "CLICK_WINDOW_MS",
@@ -141,8 +141,8 @@ class ShopConfig:
         if not 0 <= self.fraud_fraction <= 1:
             raise ConfigError(f"fraud_fraction must be within [0, 1], not {self.fraud_fraction}")
 
-    def catalog(self) -> Catalog:
-        return Catalog.build(
+    def cast(self) -> Cast:
+        return Cast.build(
             seed=self.seed, users=self.users, products=self.products, pages=self.pages
         )
 
@@ -210,7 +210,7 @@ def events(config: ShopConfig) -> Iterator[Event]:
 
 @dataclass(slots=True, kw_only=True)
 class _Session:
-    number: int  # the user's index in the catalog
+    number: int  # the user's index in the cast
     user: User
     actions_left: int
     interest: str  # the category the shopper came for
@@ -224,15 +224,15 @@ class _Clickstream:
     def __init__(self, config: ShopConfig) -> None:
         self.config = config
         self.rng = random.Random(f"{config.seed}/clickstream")
-        self.catalog = config.catalog()
+        self.cast = config.cast()
         self.by_noun: dict[str, list[Product]] = {}
-        for product in self.catalog.products:
+        for product in self.cast.products:
             self.by_noun.setdefault(product.noun, []).append(product)
         self.ids = {topic: itertools.count() for topic in TOPICS}
         self.target_sessions = max(1, round(config.event_rate * MEAN_THINK_MS / 1000))
         self.open: list[_Session] = []
-        # Shoppers not in a session: (back at ts, random tie-break, index in catalog.users).
-        self.away = [(config.start_ms, self.rng.random(), n) for n in range(self.catalog.shoppers)]
+        # Shoppers not in a session: (back at ts, random tie-break, index in cast.users).
+        self.away = [(config.start_ms, self.rng.random(), n) for n in range(self.cast.shoppers)]
         heapq.heapify(self.away)
         self.scheduled: list[tuple[int, int, Event]] = []  # card testing: (ts, sequence, event)
         self.scheduled_sequence = itertools.count()
@@ -262,7 +262,7 @@ class _Clickstream:
             self.open.append(
                 _Session(
                     number=number,
-                    user=self.catalog.users[number],
+                    user=self.cast.users[number],
                     actions_left=actions,
                     interest=interest,
                 )
@@ -298,14 +298,14 @@ class _Clickstream:
             return self._search(session, ts)
         if draw < SEARCH_SHARE + PAYMENT_SHARE:
             declined = self.rng.random() < DECLINE_SHARE
-            product = self.rng.choice(self.catalog.products)
+            product = self.rng.choice(self.cast.products)
             amount = product.price_cents * self.rng.choice((1, 1, 1, 2, 3))
             card = self.rng.choice(session.user.cards)
             return self._payment(card, session.user, amount, declined=declined, ts=ts)
         return self._page_view(session.user, self._page(), ts)
 
     def _page(self) -> str:
-        return self.rng.choices(self.catalog.pages, cum_weights=self.catalog.page_weights)[0]
+        return self.rng.choices(self.cast.pages, cum_weights=self.cast.page_weights)[0]
 
     def _page_view(self, user: User, page: str, ts: int) -> Event:
         return self._event("page_views", "event_id", user_id=user.user_id, page=page, ts=ts)
@@ -319,7 +319,7 @@ class _Clickstream:
         user_id = session.user.user_id
         event = self._event("searches", "search_id", user_id=user_id, query=query, ts=ts)
         search_id = str(event.value["search_id"])
-        matches = self.by_noun.get(noun) or self.catalog.products
+        matches = self.by_noun.get(noun) or self.cast.products
         for _ in range(self.rng.choices(*CLICKS_PER_SEARCH)[0]):
             session.pending_clicks.append((search_id, ts, self.rng.choice(matches)))
         return event
@@ -344,11 +344,9 @@ class _Clickstream:
     def _test_a_card(self, now: int) -> None:
         """Schedule a fraudster's payments on a shopper's card, starting seconds from now."""
         rng = self.rng
-        victim = self.catalog.users[rng.randrange(self.catalog.shoppers)]
+        victim = self.cast.users[rng.randrange(self.cast.shoppers)]
         card = rng.choice(victim.cards)
-        fraudster = self.catalog.users[
-            rng.randrange(self.catalog.shoppers, len(self.catalog.users))
-        ]
+        fraudster = self.cast.users[rng.randrange(self.cast.shoppers, len(self.cast.users))]
         kind = rng.choices(("alert", "two", "slow", "no approval"), weights=(50, 15, 15, 20))[0]
         t = now + rng.randint(1_000, 60_000)
         declines = [t]

@@ -1,5 +1,6 @@
 """What the capture tests share: a database per test, ``riverbed cdc run`` as a child
-process, reading a CDC topic back, and folding it into the table it describes."""
+process, reading a CDC topic back, and folding it into the table it describes; the text
+values the parsers' property tests draw."""
 
 from __future__ import annotations
 
@@ -21,8 +22,16 @@ from typing import Any
 
 import psycopg2
 from confluent_kafka import Consumer, KafkaError, TopicPartition
+from hypothesis import strategies as st
 
 from riverbed.local_postgres import PostgresCluster
+
+
+def text_values(*more: st.SearchStrategy[str]) -> st.SearchStrategy[list[str | None]]:
+    """1 to 6 values a text column holds: NULL or any text (no NUL, which PostgreSQL refuses,
+    and no lone surrogate, which UTF-8 cannot encode), or one of ``more``."""
+    text = st.text(st.characters(exclude_characters="\x00", exclude_categories=["Cs"]))
+    return st.lists(st.one_of(st.none(), text, *more), min_size=1, max_size=6)
 
 
 @contextmanager
@@ -209,6 +218,19 @@ def create_counters(dsn: str, rows: int) -> None:
         f"INSERT INTO counters SELECT g, 0, 'row ' || g FROM generate_series(1, {rows}) g"
     )
     connection.close()
+
+
+def counter_rows(dsn: str) -> dict[str, dict[str, Any]]:
+    """The counters table as :func:`fold` makes a topic of it."""
+    return table_rows(dsn, "SELECT id, n, note FROM counters", ("id",))
+
+
+def start_writing_counters(dsn: str, rows: int, *, seed: int) -> Writer:
+    """A counters table of ``rows`` rows, and a :class:`Writer` already at work on it."""
+    create_counters(dsn, rows)
+    writer = Writer(dsn, rows, seed)
+    writer.start()
+    return writer
 
 
 class Writer(threading.Thread):

@@ -17,15 +17,15 @@ from riverbed.local_postgres import PostgresCluster
 from tests.cdc.capture_support import (
     Capture,
     Change,
-    Writer,
     check_counter_runs,
+    counter_rows,
     create_counters,
     database,
     fold,
     read_topic,
     run_capture,
     sql,
-    table_rows,
+    start_writing_counters,
     wait_for_changes,
 )
 from tests.conftest import BrokerProcess
@@ -33,16 +33,31 @@ from tests.conftest import BrokerProcess
 COUNTERS = "shop.public.counters"
 
 
-def _capture(tmp_path: Path, dsn: str, bootstrap: str, *extra: str) -> Capture:
+def _capture(
+    tmp_path: Path,
+    dsn: str,
+    bootstrap: str,
+    *extra: str,
+    tables: str = "public.counters",
+    heartbeat: tuple[str, ...] = ("--heartbeat-ms", "200"),
+) -> Capture:
     return Capture.start(
         tmp_path,
-        "--dsn", dsn, "--bootstrap", bootstrap, "--prefix", "shop",
-        "--tables", "public.counters", "--heartbeat-ms", "200", *extra,
+        "--dsn", dsn, "--bootstrap", bootstrap, "--prefix", "shop", "--tables", tables,
+        *heartbeat, *extra,
     )  # fmt: skip
 
 
+def _stream_then_stop(tmp_path: Path, dsn: str, bootstrap: str, *extra: str) -> Capture:
+    """Run the capture until it streams, then stop it cleanly (its log stays readable)."""
+    capture = _capture(tmp_path, dsn, bootstrap, *extra)
+    capture.wait_for("streaming from slot")
+    assert capture.stop() == 0, capture.log()
+    return capture
+
+
 def _topic_equals_table(bootstrap: str, dsn: str) -> list[Change]:
-    expected = table_rows(dsn, "SELECT id, n, note FROM counters", ("id",))
+    expected = counter_rows(dsn)
     return wait_for_changes(bootstrap, COUNTERS, lambda changes: fold(changes) == expected)
 
 
@@ -50,9 +65,8 @@ def test_snapshot_under_writes_then_streaming_misses_and_doubles_nothing(
     postgres: PostgresCluster, broker_process: BrokerProcess, tmp_path: Path
 ) -> None:
     with database(postgres) as dsn:
-        create_counters(dsn, 20_000)
-        writer = Writer(dsn, 20_000, seed=1)
-        writer.start()  # writes go on while the slot is created and the snapshot is read
+        # Writes go on while the slot is created and the snapshot is read.
+        writer = start_writing_counters(dsn, 20_000, seed=1)
         time.sleep(0.3)
         capture = _capture(tmp_path, dsn, broker_process.bootstrap)
         try:
@@ -92,11 +106,7 @@ def test_operations_multi_statement_transactions_and_the_envelope(
         cursor.execute(
             "INSERT INTO orders VALUES ('o1', 'u1', 1, 9.90, false, '2026-01-01 12:00+00')"
         )
-        capture = Capture.start(
-            tmp_path,
-            "--dsn", dsn, "--bootstrap", broker_process.bootstrap, "--prefix", "shop",
-            "--tables", "orders",
-        )  # fmt: skip
+        capture = _capture(tmp_path, dsn, broker_process.bootstrap, tables="orders", heartbeat=())
         try:
             capture.wait_for("streaming from slot")
             started_ms = int(time.time() * 1000)
@@ -176,11 +186,9 @@ def test_schema_change_full_identity_toast_and_truncate(
             "ALTER TABLE notes REPLICA IDENTITY FULL; "
             "ALTER TABLE notes ALTER COLUMN body SET STORAGE EXTERNAL"
         )
-        capture = Capture.start(
-            tmp_path,
-            "--dsn", dsn, "--bootstrap", broker_process.bootstrap, "--prefix", "shop",
-            "--tables", "public.docs,public.notes",
-        )  # fmt: skip
+        capture = _capture(
+            tmp_path, dsn, broker_process.bootstrap, tables="public.docs,public.notes", heartbeat=()
+        )
         try:
             capture.wait_for("streaming from slot")
             for table in ("docs", "notes"):
@@ -217,9 +225,7 @@ def test_kill_9_mid_stream_and_changes_while_down_lose_nothing(
     postgres: PostgresCluster, broker_process: BrokerProcess, tmp_path: Path
 ) -> None:
     with database(postgres) as dsn:
-        create_counters(dsn, 2_000)
-        writer = Writer(dsn, 2_000, seed=2)
-        writer.start()
+        writer = start_writing_counters(dsn, 2_000, seed=2)
         capture = _capture(tmp_path, dsn, broker_process.bootstrap)
         capture.wait_for("streaming from slot")
         for _ in range(2):
@@ -289,18 +295,14 @@ def test_drop_slot_on_stop_and_a_new_snapshot_after(
 ) -> None:
     with database(postgres) as dsn:
         create_counters(dsn, 100)
-        capture = _capture(tmp_path, dsn, broker_process.bootstrap, "--drop-slot")
-        capture.wait_for("streaming from slot")
-        assert capture.stop() == 0, capture.log()
+        capture = _stream_then_stop(tmp_path, dsn, broker_process.bootstrap, "--drop-slot")
         assert "dropped slot riverbed_shop" in capture.log()
         cursor = sql(dsn).cursor()
         cursor.execute(
             "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'riverbed_shop'"
         )
         assert cursor.fetchone()[0] == 0
-        capture = _capture(tmp_path, dsn, broker_process.bootstrap)
-        capture.wait_for("streaming from slot")
-        assert capture.stop() == 0
+        capture = _stream_then_stop(tmp_path, dsn, broker_process.bootstrap)
         assert "created slot riverbed_shop" in capture.log()
         ops = [c.op for c in read_topic(broker_process.bootstrap, COUNTERS)]
         assert ops == ["r"] * 200  # the second run snapshots again
@@ -311,9 +313,7 @@ def test_a_lost_slot_is_an_error_unless_a_new_snapshot_is_asked_for(
 ) -> None:
     with database(postgres) as dsn:
         create_counters(dsn, 10)
-        capture = _capture(tmp_path, dsn, broker_process.bootstrap)
-        capture.wait_for("streaming from slot")
-        assert capture.stop() == 0
+        _stream_then_stop(tmp_path, dsn, broker_process.bootstrap)
         cursor = sql(dsn).cursor()
         cursor.execute("SELECT pg_drop_replication_slot('riverbed_shop')")
         cursor.execute("UPDATE counters SET n = 5 WHERE id = 1")  # a change no slot kept
@@ -321,10 +321,8 @@ def test_a_lost_slot_is_an_error_unless_a_new_snapshot_is_asked_for(
         assert capture.process.wait(60) == 1
         assert "slot riverbed_shop is gone" in capture.log()
         assert "--snapshot when_needed" in capture.log()
-        capture = _capture(tmp_path, dsn, broker_process.bootstrap, "--snapshot", "when_needed")
-        capture.wait_for("streaming from slot")
-        assert capture.stop() == 0
-        expected = table_rows(dsn, "SELECT id, n, note FROM counters", ("id",))
+        _stream_then_stop(tmp_path, dsn, broker_process.bootstrap, "--snapshot", "when_needed")
+        expected = counter_rows(dsn)
         assert fold(read_topic(broker_process.bootstrap, COUNTERS)) == expected
 
 

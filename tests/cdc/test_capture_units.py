@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from riverbed.cdc.capture import format_lsn, parse_keys, parse_lsn
-from riverbed.cdc.catalog import CaptureSetupError
+from riverbed.cdc.capture import format_lsn, parse_lsn
+from riverbed.cdc.errors import CaptureSetupError
+from riverbed.cdc.preflight import parse_keys
 
 LSNS = st.integers(0, (1 << 64) - 1)
 

@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from riverbed.cdc.catalog import TableInfo
 from riverbed.cdc.changes import (
     ChangeTranslator,
     Position,
@@ -37,6 +36,7 @@ from riverbed.cdc.pgoutput import (
     Unchanged,
     Update,
 )
+from riverbed.cdc.preflight import TableInfo
 
 TEXT = 25
 USERS_OID, OTHER_OID = 16_385, 16_999
@@ -67,6 +67,17 @@ def users_relation(
         namespace="public",
         name="users",
         replica_identity=identity,
+        columns=columns,
+    )
+
+
+def audit_relation(*columns: Column) -> Relation:
+    """``public.audit``, a table the translator does not capture."""
+    return Relation(
+        oid=OTHER_OID,
+        namespace="public",
+        name="audit",
+        replica_identity=ReplicaIdentity.DEFAULT,
         columns=columns,
     )
 
@@ -207,17 +218,15 @@ def test_a_delete_under_replica_identity_full_has_the_whole_old_row() -> None:
     assert brief(tombstone) == ("tombstone", {"id": 7}, None, None)
 
 
-def test_an_update_under_replica_identity_full_has_the_old_row_as_before() -> None:
+def full_identity_update(old: tuple[TupleValue, ...], new: tuple[TupleValue, ...]) -> Record:
+    """The one record of an Update of users under REPLICA IDENTITY FULL (the whole old row)."""
     t = started(users_relation(ReplicaIdentity.FULL), identity="f")
-    [record] = records(
-        t,
-        Update(
-            relation_oid=USERS_OID,
-            old=(b"1", b"old", b"bio"),
-            old_is_key_only=False,
-            new=(b"1", b"new", b"bio"),
-        ),
-    )
+    [record] = records(t, Update(relation_oid=USERS_OID, old=old, old_is_key_only=False, new=new))
+    return record
+
+
+def test_an_update_under_replica_identity_full_has_the_old_row_as_before() -> None:
+    record = full_identity_update((b"1", b"old", b"bio"), (b"1", b"new", b"bio"))
     assert brief(record) == (
         "u",
         {"id": 1},
@@ -249,15 +258,8 @@ def test_an_update_that_changes_the_key_is_a_delete_a_tombstone_and_a_create(
 
 
 def test_unchanged_toast_values_come_from_the_old_row_under_replica_identity_full() -> None:
-    t = started(users_relation(ReplicaIdentity.FULL), identity="f")
-    [record] = records(
-        t,
-        Update(
-            relation_oid=USERS_OID,
-            old=(b"1", b"old", b"a very long bio"),
-            old_is_key_only=False,
-            new=(b"1", b"new", Unchanged.TOAST),
-        ),
+    record = full_identity_update(
+        (b"1", b"old", b"a very long bio"), (b"1", b"new", Unchanged.TOAST)
     )
     assert value(record)["after"] == {"id": 1, "name": "new", "bio": "a very long bio"}
     assert value(record)["before"] == {"id": 1, "name": "old", "bio": "a very long bio"}
@@ -357,14 +359,7 @@ def test_a_later_relation_message_adds_the_new_column_to_later_events() -> None:
 
 def test_changes_of_tables_that_are_not_captured_are_ignored() -> None:
     t = started()
-    other = Relation(
-        oid=OTHER_OID,
-        namespace="public",
-        name="audit",
-        replica_identity=ReplicaIdentity.DEFAULT,
-        columns=(ID, NAME),
-    )
-    assert records(t, other) == []
+    assert records(t, audit_relation(ID, NAME)) == []
     assert records(t, Insert(relation_oid=OTHER_OID, new=(b"1", b"a"))) == []
     assert (
         records(
@@ -394,14 +389,7 @@ def test_changes_of_tables_that_are_not_captured_are_ignored() -> None:
 
 def test_a_truncate_is_op_t_with_an_empty_key_for_each_captured_table() -> None:
     t = started()
-    other = Relation(
-        oid=OTHER_OID,
-        namespace="public",
-        name="audit",
-        replica_identity=ReplicaIdentity.DEFAULT,
-        columns=(ID,),
-    )
-    records(t, other)
+    records(t, audit_relation(ID))
     [record] = records(
         t,
         Truncate(relation_oids=(OTHER_OID, USERS_OID), cascade=True, restart_identity=False),

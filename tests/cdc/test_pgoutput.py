@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from riverbed.cdc.errors import PgOutputError
 from riverbed.cdc.pgoutput import (
     Begin,
     Commit,
@@ -17,7 +18,6 @@ from riverbed.cdc.pgoutput import (
     Insert,
     LogicalMessage,
     Message,
-    PgOutputError,
     Relation,
     ReplicaIdentity,
     Truncate,

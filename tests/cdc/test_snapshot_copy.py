@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from riverbed.cdc.catalog import TableInfo
 from riverbed.cdc.envelope import Json
+from riverbed.cdc.preflight import TableInfo
 from riverbed.cdc.snapshot import CopyRows, copy_tables, parse_copy_line
+from tests.cdc.capture_support import text_values
 
 Row = list[bytes | None]
 
@@ -135,16 +136,7 @@ def test_other_types_come_back_in_their_text_form(sql: Any) -> None:
 
 
 @settings(max_examples=50, deadline=None)
-@given(
-    values=st.lists(
-        st.one_of(
-            st.none(),
-            st.text(st.characters(exclude_characters="\x00", exclude_categories=["Cs"])),
-        ),
-        min_size=1,
-        max_size=6,
-    )
-)
+@given(values=text_values())
 def test_any_text_round_trips_through_the_server(sql: Any, values: list[str | None]) -> None:
     sql.execute("DROP TABLE IF EXISTS copy_generated; CREATE TABLE copy_generated (i int, v text)")
     for i, v in enumerate(values):

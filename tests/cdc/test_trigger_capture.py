@@ -14,14 +14,14 @@ from riverbed.local_postgres import PostgresCluster
 from tests.cdc.capture_support import (
     Capture,
     Change,
-    Writer,
     check_counter_runs,
+    counter_rows,
     create_counters,
     database,
     fold,
     read_topic,
     sql,
-    table_rows,
+    start_writing_counters,
     wait_for_changes,
 )
 from tests.conftest import BrokerProcess
@@ -59,18 +59,13 @@ def deduplicated(changes: list[Change]) -> list[Change]:
     return kept
 
 
-def _expected(dsn: str) -> dict[str, dict[str, Any]]:
-    return table_rows(dsn, "SELECT id, n, note FROM counters", ("id",))
-
-
 def test_trigger_capture_under_writes_and_kill_9(
     postgres: PostgresCluster, broker_process: BrokerProcess, tmp_path: Path
 ) -> None:
     bootstrap = broker_process.bootstrap
     with database(postgres) as dsn:
-        create_counters(dsn, 5_000)
-        writer = Writer(dsn, 5_000, seed=3)
-        writer.start()  # during the installation of the triggers and the snapshot
+        # Writes go on during the installation of the triggers and the snapshot.
+        writer = start_writing_counters(dsn, 5_000, seed=3)
         capture = _capture(tmp_path, dsn, bootstrap, "shop")
         capture.wait_for("draining")
         time.sleep(1.0)
@@ -84,7 +79,7 @@ def test_trigger_capture_under_writes_and_kill_9(
             changes = wait_for_changes(
                 bootstrap,
                 "shop.public.counters",
-                lambda c: fold(c) == _expected(dsn),
+                lambda c: fold(c) == counter_rows(dsn),
             )
         finally:
             assert capture.stop() == 0, capture.log()

@@ -23,9 +23,9 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from riverbed.cdc.catalog import TableInfo
 from riverbed.cdc.changes import SnapshotRecords
 from riverbed.cdc.envelope import Source, change_event
+from riverbed.cdc.preflight import TableInfo
 from tests.conftest import BrokerProcess, create_topic
 from tests.pipelines.support import BASE, PipelineProcess, Record, changelog, read_committed
 

@@ -37,8 +37,8 @@ from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 import riverbed.spark
-from riverbed.spark.source import RiverbedDataSource
-from riverbed.spark.writer import BATCH_ID_PROPERTY, SinkCommitMessage, StreamWriter
+from riverbed.spark.datasource import RiverbedDataSource
+from riverbed.spark.sink.writer import BATCH_ID_PROPERTY, SinkCommitMessage, StreamWriter
 
 INPUT_SCHEMA = StructType([StructField("id", LongType()), StructField("payload", StringType())])
 CRASHING_SOURCE = "riverbed-crashing"

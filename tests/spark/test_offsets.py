@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from riverbed.spark.admission import TriggerDelay, backlog, rate_limit
-from riverbed.spark.offsets import (
+from riverbed.spark.source.admission import TriggerDelay, backlog, rate_limit
+from riverbed.spark.source.offsets import (
     OffsetRange,
     offsets_from_json,
     offsets_to_json,

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from riverbed.spark.errors import SourceOptionError
-from riverbed.spark.options import (
+from riverbed.spark.source.options import (
     Assign,
     Bound,
     OffsetsPerPartition,

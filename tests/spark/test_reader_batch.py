@@ -12,7 +12,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from riverbed.broker import Broker
-from riverbed.spark.schema import source_schema
+from riverbed.spark.source.schema import source_schema
 from tests.conftest import create_topic
 from tests.spark.reader_support import (
     BASE_MS,

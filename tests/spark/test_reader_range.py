@@ -9,10 +9,10 @@ from confluent_kafka.admin import AdminClient
 
 from riverbed.broker import Broker
 from riverbed.spark.errors import DataLossError
-from riverbed.spark.kafka_client import consumer_config
-from riverbed.spark.offsets import OffsetRange
-from riverbed.spark.range_reader import BATCH_ROWS, CONSUME_MESSAGES, ReadConfig, read_range
-from riverbed.spark.schema import arrow_schema
+from riverbed.spark.source.kafka_client import consumer_config
+from riverbed.spark.source.offsets import OffsetRange
+from riverbed.spark.source.range_reader import BATCH_ROWS, CONSUME_MESSAGES, ReadConfig, read_range
+from riverbed.spark.source.schema import arrow_schema
 from tests.conftest import create_topic
 from tests.spark.reader_support import end_offsets, wait_for
 

@@ -13,8 +13,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from riverbed.broker import Broker
-from riverbed.spark.sink_config import SinkOptionError
-from riverbed.spark.writer import BatchWriter
+from riverbed.spark.errors import SinkOptionError
+from riverbed.spark.sink.writer import BatchWriter
 from tests.conftest import create_topic
 from tests.spark.sink_job import read_committed
 

@@ -82,14 +82,22 @@ def copied_ids(bootstrap: str) -> list[int]:
     return sorted(ids)
 
 
+def copy_three_files(
+    spark: SparkSession, bootstrap: str, tmp_path: Path
+) -> tuple[Path, Path, StreamingQuery]:
+    """Topic ``out`` created and three input files copied into it: the input directory, the
+    checkpoint and the finished query."""
+    create_topic(bootstrap, "out", partitions=2)
+    source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
+    write_input(source, range(3))
+    return source, checkpoint, run_copy(spark, bootstrap, source, checkpoint)
+
+
 def test_a_copy_job_restarted_from_its_checkpoint_writes_each_row_once(
     spark: SparkSession, broker: Broker, tmp_path: Path
 ) -> None:
     bootstrap = broker.bootstrap_servers
-    create_topic(bootstrap, "out", partitions=2)
-    source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
-    write_input(source, range(3))
-    first = run_copy(spark, bootstrap, source, checkpoint)
+    source, checkpoint, first = copy_three_files(spark, bootstrap, tmp_path)
     assert copied_ids(bootstrap) == list(range(3 * ROWS_PER_FILE))
     write_input(source, range(3, 5))
     second = run_copy(spark, bootstrap, source, checkpoint)
@@ -102,10 +110,7 @@ def test_a_batch_spark_replays_after_losing_its_commit_is_not_written_again(
     spark: SparkSession, broker: Broker, tmp_path: Path
 ) -> None:
     bootstrap = broker.bootstrap_servers
-    create_topic(bootstrap, "out", partitions=2)
-    source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
-    write_input(source, range(3))
-    run_copy(spark, bootstrap, source, checkpoint)
+    source, checkpoint, _ = copy_three_files(spark, bootstrap, tmp_path)
     # As if the driver died after the tasks committed and before Spark recorded batch 2:
     # Spark replays it with the same id, offsets and rows, and the sink must skip it.
     forget_commit(checkpoint, 2)

@@ -11,8 +11,9 @@ from confluent_kafka import KafkaException, Producer
 from pyspark.sql.types import StringType, StructField, StructType
 
 from riverbed.broker import Broker
-from riverbed.spark.sink_config import SinkPlan, SinkWriteError
-from riverbed.spark.sink_task import (
+from riverbed.spark.errors import SinkWriteError
+from riverbed.spark.sink.config import SinkPlan
+from riverbed.spark.sink.task import (
     TaskOutcome,
     TaskState,
     WriteTask,

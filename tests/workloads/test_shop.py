@@ -131,7 +131,7 @@ def test_clicks_follow_a_search_of_the_same_user_within_10_minutes() -> None:
 
 
 def test_users_browse_in_sessions_separated_by_30_minutes_or_more() -> None:
-    shoppers = {u.user_id for u in CONFIG.catalog().users[: CONFIG.catalog().shoppers]}
+    shoppers = {u.user_id for u in CONFIG.cast().users[: CONFIG.cast().shoppers]}
     times: dict[str, list[int]] = defaultdict(list)
     for event in stream():
         if event.value["user_id"] in shoppers:
@@ -193,9 +193,9 @@ def test_card_testing_bursts_and_near_misses() -> None:
     assert set(alerts) >= {3, 4, 5, 6}
     assert (2, 2) in misses  # two declines only
     assert any(recent < 3 <= since for recent, since in misses)  # the first one too early
-    catalog = CONFIG.catalog()
-    fraudsters = {u.user_id for u in catalog.users[catalog.shoppers :]}
-    shoppers_cards = {card for u in catalog.users[: catalog.shoppers] for card in u.cards}
+    cast = CONFIG.cast()
+    fraudsters = {u.user_id for u in cast.users[cast.shoppers :]}
+    shoppers_cards = {card for u in cast.users[: cast.shoppers] for card in u.cards}
     tested = [p for p in payments if p.value["user_id"] in fraudsters]
     assert tested and all(p.value["card_id"] in shoppers_cards for p in tested)
 
@@ -241,16 +241,16 @@ def test_operations_are_deterministic() -> None:
     assert other[OLTP.users + OLTP.products :] != OPS[OLTP.users + OLTP.products :]
 
 
-def test_the_initial_load_is_the_catalog_then_changes_follow_in_time() -> None:
-    catalog = OLTP.catalog()
+def test_the_initial_load_is_the_cast_then_changes_follow_in_time() -> None:
+    cast = OLTP.cast()
     load = OPS[: OLTP.users + OLTP.products]
     assert all(op.kind is OpKind.INSERT and op.at_ms == OLTP.start_ms for op in load)
     assert [op.values for op in load[: OLTP.users]] == [
         {"user_id": u.user_id, "name": u.name, "email": u.email, "country": u.country,
          "tier": u.tier}
-        for u in catalog.users
+        for u in cast.users
     ]  # fmt: skip
-    assert [op.key for op in load[OLTP.users :]] == [p.product_id for p in catalog.products]
+    assert [op.key for op in load[OLTP.users :]] == [p.product_id for p in cast.products]
     times = [op.at_ms for op in OPS[len(load) :]]
     assert times == sorted(times) and times[0] > OLTP.start_ms
     span_s = (times[-1] - OLTP.start_ms) / 1000

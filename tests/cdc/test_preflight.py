@@ -8,8 +8,8 @@ from typing import Any
 import psycopg2
 import pytest
 
-from riverbed.cdc.catalog import (
-    CaptureSetupError,
+from riverbed.cdc.errors import CaptureSetupError
+from riverbed.cdc.preflight import (
     ensure_publication,
     inspect_tables,
     parse_table_name,

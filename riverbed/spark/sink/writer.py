@@ -6,10 +6,10 @@
        .option("checkpointLocation", "/tmp/ck")
        .start())
 
-Columns and options are Spark's Kafka sink's (:mod:`riverbed.spark.sink_config`). Unlike
+Columns and options are Spark's Kafka sink's (:mod:`riverbed.spark.sink.config`). Unlike
 that sink, which is at-least-once, every write task writes its rows in one Kafka transaction
 together with its progress, so after any crash and restart from the checkpoint each row is in
-the output once for ``read_committed`` readers (:mod:`riverbed.spark.sink_task` says how,
+the output once for ``read_committed`` readers (:mod:`riverbed.spark.sink.task` says how,
 crash by crash). ``read_uncommitted`` readers also see the rows of aborted attempts.
 
 Where things run:
@@ -45,8 +45,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from riverbed.spark.sink_config import SinkOptionError, SinkPlan
-from riverbed.spark.sink_task import TaskOutcome, TaskState, WriteTask, write_task
+from riverbed.spark.errors import SinkOptionError
+from riverbed.spark.sink.config import SinkPlan
+from riverbed.spark.sink.task import TaskOutcome, TaskState, WriteTask, write_task
 
 __all__ = ["BatchWriter", "SinkCommitMessage", "StreamWriter"]
 

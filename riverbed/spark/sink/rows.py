@@ -16,7 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Producer
 
-from riverbed.spark.sink_config import SinkDataError, SinkPlan
+from riverbed.spark.errors import SinkDataError
+from riverbed.spark.sink.config import SinkPlan
 
 __all__ = ["produce_batches", "row_topic"]
 

@@ -1,12 +1,12 @@
-"""The shop workload's I/O: events into topics, operations into PostgreSQL, paced.
+"""The shop workload played back: events into topics, operations into PostgreSQL, paced.
 
 :func:`run_shop` runs once per ``riverbed workload shop``, on the calling thread:
 
 1. creates the topics that are missing (``page_views``, ``searches``, ``clicks``,
-   ``payments``; ``SinkConfig.partitions`` each, the broker's other defaults) and, with a
+   ``payments``; ``PlaybackConfig.partitions`` each, the broker's other defaults) and, with a
    DSN, the tables that are missing (``CREATE TABLE IF NOT EXISTS public.users`` ...,
    DESIGN.md's schemas);
-2. with a DSN, applies the initial load (the catalog's users and products), in one
+2. with a DSN, applies the initial load (the cast's users and products), in one
    transaction, before the first event;
 3. sends the events in arrival order with an idempotent ``acks=all`` producer (JSON keys and
    values, partitioned by murmur2 of the key as Kafka's Java clients do), at most ``rate``
@@ -42,7 +42,7 @@ from riverbed.workloads.shop import TOPICS, Event, ShopConfig, events
 __all__ = [
     "COMMIT_INTERVAL_S",
     "MAX_BATCH",
-    "SinkConfig",
+    "PlaybackConfig",
     "Summary",
     "format_ts",
     "run_shop",
@@ -60,7 +60,7 @@ and a run as fast as possible still commits only ~10 times a second."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SinkConfig:
+class PlaybackConfig:
     bootstrap: str
     dsn: str | None = None
     events: int = 100_000
@@ -93,7 +93,7 @@ class Summary:
 
 def run_shop(
     shop: ShopConfig,
-    sink: SinkConfig,
+    playback: PlaybackConfig,
     *,
     stopping: Callable[[], bool] = lambda: False,
     say: Callable[[str], None] = lambda line: None,
@@ -103,26 +103,28 @@ def run_shop(
 
     ``say`` gets one line once the topics (and tables) are ready and the events start.
     """
-    if sink.events < 0:
-        raise ConfigError(f"events must be at least 0, not {sink.events}")
-    if not sink.rate >= 0:
-        raise ConfigError(f"rate must be a number >= 0, not {sink.rate}")
-    if sink.partitions < 1:
-        raise ConfigError(f"partitions must be at least 1, not {sink.partitions}")
-    producer = _EventProducer(sink)
+    if playback.events < 0:
+        raise ConfigError(f"events must be at least 0, not {playback.events}")
+    if not playback.rate >= 0:
+        raise ConfigError(f"rate must be a number >= 0, not {playback.rate}")
+    if playback.partitions < 1:
+        raise ConfigError(f"partitions must be at least 1, not {playback.partitions}")
+    producer = _EventProducer(playback)
     database = (
-        ShopDatabase.connect(sink.dsn, timeout_s=sink.connect_timeout_s) if sink.dsn else None
+        ShopDatabase.connect(playback.dsn, timeout_s=playback.connect_timeout_s)
+        if playback.dsn
+        else None
     )
     try:
-        producer.ensure_topics(TOPICS, partitions=sink.partitions)
+        producer.ensure_topics(TOPICS, partitions=playback.partitions)
         if database is not None:
             database.create_tables()
         say(
-            f"producing the shop workload to {sink.bootstrap}"
+            f"producing the shop workload to {playback.bootstrap}"
             + (" and writing its tables" if database is not None else "")
             + f", event time from {format_ts(shop.start_ms)}"
         )
-        return _run(shop, sink, producer, database, stopping, clock)
+        return _run(shop, playback, producer, database, stopping, clock)
     finally:
         if database is not None:
             database.close()
@@ -130,7 +132,7 @@ def run_shop(
 
 def _run(
     shop: ShopConfig,
-    sink: SinkConfig,
+    playback: PlaybackConfig,
     producer: _EventProducer,
     database: ShopDatabase | None,
     stopping: Callable[[], bool],
@@ -144,8 +146,10 @@ def _run(
     started = clock()
     progress = -1
     stream = events(shop)
-    while not sink.events or summary.events < sink.events:
-        if stopping() or not _pace(producer, sink.rate, started, summary.events, stopping, clock):
+    while not playback.events or summary.events < playback.events:
+        if stopping() or not _pace(
+            producer, playback.rate, started, summary.events, stopping, clock
+        ):
             break
         event = next(stream)
         progress = max(progress, event.ts)
@@ -233,12 +237,12 @@ def _json(document: dict[str, Any]) -> bytes:
 class _EventProducer:
     """An idempotent, ``acks=all`` producer of the events, and the topics it writes."""
 
-    def __init__(self, sink: SinkConfig) -> None:
-        self._sink = sink
+    def __init__(self, playback: PlaybackConfig) -> None:
+        self._config = playback
         self._errors: list[KafkaError] = []
         self._failure: str | None = None
         base: dict[str, Any] = {
-            "bootstrap.servers": sink.bootstrap,
+            "bootstrap.servers": playback.bootstrap,
             "client.id": "riverbed-workload",
             "logger": _LOG,
             "error_cb": self._errors.append,
@@ -252,7 +256,7 @@ class _EventProducer:
                     "acks": "all",
                     "linger.ms": 5,
                     "partitioner": "murmur2_random",  # Kafka's Java clients' default
-                    "message.timeout.ms": sink.delivery_timeout_ms,
+                    "message.timeout.ms": playback.delivery_timeout_ms,
                     "delivery.report.only.error": True,
                     "on_delivery": self._delivered,
                 }
@@ -262,7 +266,7 @@ class _EventProducer:
 
     def ensure_topics(self, topics: Sequence[str], *, partitions: int) -> None:
         """Create the topics that are missing and wait until they have leaders."""
-        timeout_s = self._sink.connect_timeout_s
+        timeout_s = self._config.connect_timeout_s
         metadata = self._metadata(timeout_s)
         missing = [t for t in topics if t not in metadata.topics or metadata.topics[t].error]
         if missing:
@@ -294,7 +298,7 @@ class _EventProducer:
         except KafkaException as e:
             cause = self._errors[-1].str() if self._errors else str(e)
             raise WorkloadError(
-                f"no broker reachable at {self._sink.bootstrap} within {timeout_s:g} s: {cause}"
+                f"no broker reachable at {self._config.bootstrap} within {timeout_s:g} s: {cause}"
             ) from None
 
     def send(self, event: Event) -> None:
@@ -314,7 +318,7 @@ class _EventProducer:
 
     def finish(self) -> None:
         """Wait for every event's acknowledgement (up to the delivery timeout)."""
-        left = self._producer.flush(self._sink.delivery_timeout_ms / 1000)
+        left = self._producer.flush(self._config.delivery_timeout_ms / 1000)
         self._check()
         if left:
             raise WorkloadError(f"{left} events not acknowledged in time")

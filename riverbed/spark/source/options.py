@@ -23,8 +23,9 @@ Where to read:
   ``endingTimestamp``, ``endingOffsetsByTimestamp`` (no match: the end of the partition).
 
 How much per micro-batch: ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` with
-``maxTriggerDelay`` (default ``15m``), see :mod:`riverbed.spark.admission`; ``minPartitions``
-and ``maxRecordsPerPartition`` split large offset ranges into more Spark tasks.
+``maxTriggerDelay`` (default ``15m``), see :mod:`riverbed.spark.source.admission`;
+``minPartitions`` and ``maxRecordsPerPartition`` split large offset ranges into more Spark
+tasks.
 
 Other: ``failOnDataLoss`` (default ``true``), ``includeHeaders`` (default ``false``),
 ``groupIdPrefix``, ``kafkaConsumer.pollTimeoutMs`` (default 120000: how long a task waits
@@ -47,7 +48,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from riverbed.spark.errors import SourceOptionError
-from riverbed.spark.offsets import EARLIEST, LATEST, OffsetMap, Partition, parse_offsets_option
+from riverbed.spark.source.offsets import (
+    EARLIEST,
+    LATEST,
+    OffsetMap,
+    Partition,
+    parse_offsets_option,
+)
 
 __all__ = [
     "Assign",

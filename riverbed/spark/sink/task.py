@@ -62,8 +62,9 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
-from riverbed.spark.sink_config import SinkPlan, SinkWriteError
-from riverbed.spark.sink_rows import produce_batches, row_topic
+from riverbed.spark.errors import SinkWriteError
+from riverbed.spark.sink.config import SinkPlan
+from riverbed.spark.sink.rows import produce_batches, row_topic
 
 __all__ = ["TaskOutcome", "TaskState", "WriteTask", "sink_id", "write_task"]
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from riverbed.spark.offsets import OffsetMap, Partition
+from riverbed.spark.source.offsets import OffsetMap, Partition
 
 __all__ = ["TriggerDelay", "backlog", "rate_limit"]
 

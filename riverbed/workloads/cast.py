@@ -1,8 +1,8 @@
 """The shop's cast: users (with their payment cards), products and pages, made from a seed.
 
-Both generators build the same :class:`Catalog` from the same settings, so the clickstream's
+Both generators build the same :class:`Cast` from the same settings, so the clickstream's
 ``user_id``/``product_id``/``card_id`` are the rows the OLTP generator inserts first. The
-catalog is made with its own random stream (``"<seed>/catalog"``): nothing else drawn from
+cast is made with its own random stream (``"<seed>/catalog"``): nothing else drawn from
 the seed changes it.
 
 IDs: users ``u0``, ``u1``, ...; products ``p0``, ...; a user's cards ``c<n>`` and, for about
@@ -21,7 +21,7 @@ __all__ = [
     "CATEGORIES",
     "COUNTRIES",
     "TIERS",
-    "Catalog",
+    "Cast",
     "Product",
     "User",
     "make_product",
@@ -132,7 +132,7 @@ def weighted(rng: random.Random, choices: tuple[tuple[str, int], ...]) -> str:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Catalog:
+class Cast:
     """Everything the shop has when the workload starts."""
 
     users: tuple[User, ...]
@@ -144,9 +144,9 @@ class Catalog:
     """Cumulative weights of ``pages``, for ``random.choices(cum_weights=...)``."""
 
     @classmethod
-    def build(cls, *, seed: int, users: int, products: int, pages: int) -> Catalog:
+    def build(cls, *, seed: int, users: int, products: int, pages: int) -> Cast:
         """``users`` >= 2 (one shopper, one fraudster), ``products`` >= 1, ``pages`` >= 1."""
-        rng = random.Random(f"{seed}/catalog")
+        rng = random.Random(f"{seed}/catalog")  # "catalog": renamed, the data would change
         all_users = tuple(make_user(rng, n) for n in range(users))
         all_products = tuple(make_product(rng, n) for n in range(products))
         candidates = (

@@ -29,8 +29,8 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from riverbed.spark.errors import DataLossError, SourceError
-from riverbed.spark.offsets import OffsetRange
-from riverbed.spark.schema import arrow_schema
+from riverbed.spark.source.offsets import OffsetRange
+from riverbed.spark.source.schema import arrow_schema
 
 __all__ = ["BATCH_ROWS", "ReadConfig", "read_range"]
 

@@ -1,8 +1,9 @@
 """What the capture needs to know about the database before it starts, with clear errors.
 
-:func:`inspect_tables` runs on an ordinary psycopg2 connection (not the replication one) and
-checks, in this order, each failure a :class:`CaptureSetupError` whose message says what to
-do:
+:func:`connect` opens a psycopg2 connection in UTC (a replication one for the log-based
+capture); :func:`parse_keys` reads the ``--key`` flags. :func:`inspect_tables` runs on an
+ordinary connection (not the replication one) and checks, in this order, each failure a
+:class:`~riverbed.cdc.errors.CaptureSetupError` whose message says what to do:
 
 - ``wal_level`` is ``logical`` (logical decoding needs it; changing it needs a restart);
 - the user may replicate (superuser, or the ``REPLICATION`` attribute);
@@ -22,19 +23,42 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg2
+import psycopg2.extras
+
+from riverbed.cdc.errors import CaptureSetupError
+
 __all__ = [
-    "CaptureSetupError",
     "TableInfo",
+    "connect",
     "ensure_publication",
     "identifier",
     "inspect_tables",
+    "parse_keys",
     "parse_table_name",
     "quoted_name",
 ]
 
 
-class CaptureSetupError(Exception):
-    """The database is not ready for capture (the message names what to change)."""
+def connect(dsn: str, *, timeout_s: float, replication: bool = False) -> Any:
+    """A connection in UTC (times print as ``+00``), or a CaptureSetupError saying why not."""
+    factory = psycopg2.extras.LogicalReplicationConnection if replication else None
+    try:
+        connection = psycopg2.connect(
+            dsn,
+            connection_factory=factory,
+            connect_timeout=max(1, round(timeout_s)),
+            options="-c TimeZone=UTC -c DateStyle=ISO",
+            application_name="riverbed-cdc",
+        )
+    except psycopg2.OperationalError as e:
+        reason = " ".join(str(e).split())
+        raise CaptureSetupError(f"cannot connect to the database: {reason}") from None
+    except psycopg2.ProgrammingError as e:  # a malformed DSN
+        raise CaptureSetupError(f"invalid --dsn: {' '.join(str(e).split())}") from None
+    if not replication:
+        connection.autocommit = True
+    return connection
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,6 +81,19 @@ def parse_table_name(text: str) -> tuple[str, str]:
     if not schema or not table or "." in table:
         raise CaptureSetupError(f"{text!r} is not a table name of the form schema.table")
     return schema, table
+
+
+def parse_keys(specs: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """``["s.t=a,b"]`` → ``{"s.t": ("a", "b")}`` (the ``--key`` flags)."""
+    keys: dict[str, tuple[str, ...]] = {}
+    for spec in specs:
+        table, sep, columns = spec.partition("=")
+        names = tuple(c.strip() for c in columns.split(",") if c.strip())
+        if not sep or not table.strip() or not names:
+            raise CaptureSetupError(f"--key expects schema.table=col1,col2, got {spec!r}")
+        schema, name = parse_table_name(table)
+        keys[f"{schema}.{name}"] = names
+    return keys
 
 
 def inspect_tables(

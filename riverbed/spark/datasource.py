@@ -1,10 +1,10 @@
-"""The ``riverbed`` PySpark data source: Spark's Kafka source and sink, in Python.
+"""The ``riverbed`` PySpark data source, both halves: Spark's Kafka source and sink.
 
 Registered by :func:`riverbed.spark.register`. Options, schema and behaviour follow Spark's
 built-in Kafka connector (``format("kafka")``), so a job moves between the two by changing
 one word; the data source talks to the broker only through a Kafka client (confluent-kafka),
-so it works unchanged against a Kafka cluster. Reading: :mod:`riverbed.spark.reader`;
-writing, exactly once with the broker's transactions: :mod:`riverbed.spark.writer`.
+so it works unchanged against a Kafka cluster. Reading: :mod:`riverbed.spark.source`;
+writing, exactly once with the broker's transactions: :mod:`riverbed.spark.sink`.
 
 When: Spark instantiates this class on the driver for every query plan (and pickles it);
 each method below is called once per plan.
@@ -21,9 +21,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from riverbed.spark.reader import BatchReader, StreamReader
-from riverbed.spark.schema import source_schema
-from riverbed.spark.writer import BatchWriter, StreamWriter
+from riverbed.spark.sink import BatchWriter, StreamWriter
+from riverbed.spark.source import BatchReader, StreamReader
+from riverbed.spark.source.schema import source_schema
 
 __all__ = ["SOURCE_NAME", "RiverbedDataSource"]
 

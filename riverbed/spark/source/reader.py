@@ -1,9 +1,9 @@
 """Reading with the ``riverbed`` source: :class:`BatchReader` and :class:`StreamReader`.
 
 They behave like Spark's Kafka source (``KafkaRelation`` and ``KafkaMicroBatchStream``); the
-options are described in :mod:`riverbed.spark.options`, the offsets in
-:mod:`riverbed.spark.offsets`. Errors (:mod:`riverbed.spark.errors`): a bad option raises
-``SourceOptionError`` when the query is defined or started; lost data raises
+options are described in :mod:`riverbed.spark.source.options`, the offsets in
+:mod:`riverbed.spark.source.offsets`. Errors (:mod:`riverbed.spark.errors`): a bad option
+raises ``SourceOptionError`` when the query is defined or started; lost data raises
 ``DataLossError`` unless ``failOnDataLoss=false``.
 
 Where things run:
@@ -11,7 +11,7 @@ Where things run:
 - Spark creates a reader on the driver (in a Python worker) for every plan; its constructor
   only checks the options. The driver's calls (``partitions`` of a batch read; the stream's
   ``initialOffset``, ``latestOffset``, ``partitions``, ...) talk to the broker through one
-  lazily created :class:`~riverbed.spark.kafka_client.OffsetClient`.
+  lazily created :class:`~riverbed.spark.source.kafka_client.OffsetClient`.
 - A stream's reader object lives on the driver as long as the query runs, so it keeps the
   client, the ``Trigger.AvailableNow`` target and the ``minOffsetsPerTrigger`` clock; Spark
   polls ``latestOffset`` about every 10 ms when idle, and one call costs one ListOffsets
@@ -42,18 +42,18 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from riverbed.spark.admission import TriggerDelay, backlog, rate_limit
 from riverbed.spark.errors import DataLossError, SourceError
-from riverbed.spark.kafka_client import OffsetClient, consumer_config
-from riverbed.spark.offsets import (
+from riverbed.spark.source.admission import TriggerDelay, backlog, rate_limit
+from riverbed.spark.source.kafka_client import OffsetClient, consumer_config
+from riverbed.spark.source.offsets import (
     OffsetMap,
     OffsetRange,
     offsets_from_json,
     offsets_to_json,
     split_ranges,
 )
-from riverbed.spark.options import SourceOptions, parse_source_options
-from riverbed.spark.range_reader import ReadConfig, read_range
+from riverbed.spark.source.options import SourceOptions, parse_source_options
+from riverbed.spark.source.range_reader import ReadConfig, read_range
 
 __all__ = ["BatchReader", "OffsetRangePartition", "StreamReader"]
 

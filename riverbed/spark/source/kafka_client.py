@@ -25,8 +25,8 @@ from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from riverbed.spark.errors import SourceError, SourceOptionError
-from riverbed.spark.offsets import EARLIEST, LATEST, OffsetMap, Partition
-from riverbed.spark.options import (
+from riverbed.spark.source.offsets import EARLIEST, LATEST, OffsetMap, Partition
+from riverbed.spark.source.options import (
     Bound,
     OffsetsPerPartition,
     Position,

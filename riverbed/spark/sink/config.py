@@ -16,16 +16,9 @@ column                  type                                          when absen
 
 The ``topic`` option, when set, wins over the ``topic`` column (as in Spark). Other columns
 are ignored. Options ``kafka.*`` go to the confluent-kafka (librdkafka) producer without the
-prefix; ``kafka.bootstrap.servers`` is required. The messages of :class:`SinkOptionError`
-are Spark's, so a job that moves between ``format("kafka")`` and ``format("riverbed")``
-fails the same way.
-
-Errors of the sink::
-
-    SinkError                          anything the sink refuses or cannot do
-    ├── SinkOptionError (ValueError)   a bad option or input column: the message names it
-    ├── SinkDataError (ValueError)     a row the sink cannot write (a null topic)
-    └── SinkWriteError                 the broker refused the rows or the transaction
+prefix; ``kafka.bootstrap.servers`` is required. The messages of
+:class:`~riverbed.spark.errors.SinkOptionError` are Spark's, so a job that moves between
+``format("kafka")`` and ``format("riverbed")`` fails the same way.
 """
 
 from __future__ import annotations
@@ -44,16 +37,12 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from riverbed.spark.errors import RiverbedSparkError
+from riverbed.spark.errors import SinkOptionError
 
 __all__ = [
     "BOOTSTRAP_SERVERS_OPTION",
     "TOPIC_OPTION",
-    "SinkDataError",
-    "SinkError",
-    "SinkOptionError",
     "SinkPlan",
-    "SinkWriteError",
 ]
 
 TOPIC_OPTION = "topic"
@@ -93,23 +82,6 @@ CLIENT_OPTION_PREFIXES = (
 )
 """The librdkafka settings that also apply to the sink's consumer and admin clients (how to
 reach and authenticate to the brokers); producer settings would only draw warnings there."""
-
-
-class SinkError(RiverbedSparkError):
-    """The ``riverbed`` sink cannot do what was asked (see riverbed.spark.errors)."""
-
-
-class SinkOptionError(SinkError, ValueError):
-    """A sink option or input column is missing or has the wrong type (the user's fault; the
-    message names it)."""
-
-
-class SinkDataError(SinkError, ValueError):
-    """A row cannot be written as it is (e.g. its topic is null and no ``topic`` option)."""
-
-
-class SinkWriteError(SinkError):
-    """The broker refused the rows or their transaction; the task fails and Spark retries."""
 
 
 HEADER_TYPE = "array<struct<key:string,value:binary>>"
