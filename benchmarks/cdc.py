@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/cdc.py [--rows 500000] [--changes 300000] [--lag-seconds 20]
         [--updates 20000] [--bulk-rows 200000] [--repeat 3] [--quick] [--only NAME ...]
 
-Starts a private PostgreSQL cluster (``riverbed/local_postgres.py``, settings printed; see
+Starts a private PostgreSQL cluster (``riverbed/testing/postgres.py``, settings printed; see
 PG_SETTINGS) and ``riverbed broker``, then runs ``riverbed cdc run`` as a child process,
 each measurement in a new database of its own and with topics of its own:
 
@@ -58,7 +58,7 @@ from broker_throughput import machine, start_broker
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tests' PostgreSQL
-from riverbed.local_postgres import SERVER_SETTINGS, PostgresCluster
+from riverbed.testing.postgres import SERVER_SETTINGS, PostgresCluster
 from tests.cdc.capture_support import database, sql
 
 PG_SETTINGS = {"synchronous_commit": "on"}

@@ -1,6 +1,6 @@
 """The CDC part of ``make demo``: the shop's PostgreSQL, followed through its log.
 
-1. A private PostgreSQL cluster (:mod:`riverbed.local_postgres`, ``wal_level=logical``) gets
+1. A private PostgreSQL cluster (:mod:`riverbed.testing.postgres`, ``wal_level=logical``) gets
    the shop's tables; ``riverbed cdc`` (log-based capture) starts on ``users``, ``products``
    and ``orders`` and publishes every committed change to ``shop.public.*``.
 2. The shop workload runs in real time (event time = wall-clock time, so that a click's
@@ -38,9 +38,9 @@ from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 import riverbed.spark
 from riverbed.cdc.capture import LogCaptureConfig, run_log_capture
 from riverbed.demo_pipelines import start
-from riverbed.local_postgres import PostgresCluster
 from riverbed.pipelines.runner import ensure_outputs
 from riverbed.pipelines.shop import PIPELINES
+from riverbed.testing.postgres import PostgresCluster
 from riverbed.workloads.database import ShopDatabase
 from riverbed.workloads.playback import PlaybackConfig, run_shop
 from riverbed.workloads.shop import ShopConfig

@@ -24,7 +24,7 @@ import psycopg2
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from hypothesis import strategies as st
 
-from riverbed.local_postgres import PostgresCluster
+from riverbed.testing.postgres import PostgresCluster
 
 
 def text_values(*more: st.SearchStrategy[str]) -> st.SearchStrategy[list[str | None]]:

@@ -8,7 +8,7 @@ from typing import Any
 import psycopg2
 import pytest
 
-from riverbed.local_postgres import PostgresCluster
+from riverbed.testing.postgres import PostgresCluster
 
 
 @pytest.fixture(scope="session")

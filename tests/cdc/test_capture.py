@@ -13,7 +13,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from riverbed.local_postgres import PostgresCluster
+from riverbed.testing.postgres import PostgresCluster
 from tests.cdc.capture_support import (
     Capture,
     Change,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from riverbed.local_postgres import PostgresCluster
+from riverbed.testing.postgres import PostgresCluster
 from tests.cdc.capture_support import Capture, database, read_topic, run_capture, sql
 from tests.conftest import BrokerProcess
 

@@ -24,7 +24,7 @@ from riverbed.cdc.envelope import (
     row_of,
 )
 from riverbed.cdc.pgoutput import Column, Unchanged
-from riverbed.local_postgres import PostgresCluster
+from riverbed.testing.postgres import PostgresCluster
 
 COLUMNS = (
     Column(name="id", type_oid=INT4, type_modifier=-1, is_key=True),

@@ -26,7 +26,7 @@ from riverbed.cdc.pgoutput import (
     decode_message,
     pg_time_to_datetime,
 )
-from riverbed.local_postgres import PostgresCluster
+from riverbed.testing.postgres import PostgresCluster
 
 BIG = "x" * 100_000  # stored out of line (TOAST): an update that leaves it is sent as 'u'
 

@@ -14,7 +14,7 @@ from riverbed.cdc.preflight import (
     inspect_tables,
     parse_table_name,
 )
-from riverbed.local_postgres import PostgresCluster
+from riverbed.testing.postgres import PostgresCluster
 
 
 @pytest.fixture

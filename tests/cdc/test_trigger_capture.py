@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from riverbed.local_postgres import PostgresCluster
+from riverbed.testing.postgres import PostgresCluster
 from tests.cdc.capture_support import (
     Capture,
     Change,

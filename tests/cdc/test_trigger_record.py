@@ -16,7 +16,7 @@ from riverbed.cdc.envelope import Json
 from riverbed.cdc.preflight import TableInfo
 from riverbed.cdc.snapshot import copy_tables
 from riverbed.cdc.trigger import TriggerCaptureConfig, _Drain, parse_record
-from riverbed.local_postgres import PostgresCluster
+from riverbed.testing.postgres import PostgresCluster
 from tests.cdc.capture_support import text_values
 
 AWKWARD: list[str | None] = [

@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from riverbed.cli import workload_command
-from riverbed.local_postgres import PostgresCluster
+from riverbed.testing.postgres import PostgresCluster
 from riverbed.workloads.oltp import PRIMARY_KEYS, SCHEMAS, OpKind, operations
 from riverbed.workloads.shop import TOPICS, ShopConfig, events
 from tests.cdc.capture_support import database
