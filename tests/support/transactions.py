@@ -1,15 +1,18 @@
-"""librdkafka clients for the transaction tests: a transactional producer and a reader that
-reads partitions to their end under one isolation level."""
+"""Transactions as the tests use them: a librdkafka transactional producer, the values of
+records read with :func:`riverbed.testing.topics.read_to_end` under an isolation level,
+and a DescribeTransactions answer for fake brokers."""
 
 from __future__ import annotations
 
-import time
+from collections.abc import Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 
-READ_COMMITTED = "read_committed"
-READ_UNCOMMITTED = "read_uncommitted"
+from riverbed.protocol import ApiKey
+from riverbed.testing.topics import TopicRecord
+
+DESCRIBE, LIST = ApiKey.DESCRIBE_TRANSACTIONS, ApiKey.LIST_TRANSACTIONS
 
 
 def txn_producer(bootstrap: str, transactional_id: str, **extra: Any) -> Producer:
@@ -26,43 +29,18 @@ def txn_producer(bootstrap: str, transactional_id: str, **extra: Any) -> Produce
     return producer
 
 
-def read_all(
-    bootstrap: str, topic: str, *, partitions: int, isolation: str, timeout_s: float = 20
-) -> list[tuple[int, int, bytes | None, bytes | None]]:
-    """(partition, offset, key, value) of every record a consumer with ``isolation`` gets
-    from offset 0 to the end (the last stable offset for read_committed) of each partition."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "txn-reader",  # assign() only: no membership, no commits
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": isolation,
-            "fetch.wait.max.ms": 50,
-        }
-    )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    records: list[tuple[int, int, bytes | None, bytes | None]] = []
-    eof: set[int] = set()
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(eof) < partitions:
-            assert time.monotonic() < deadline, f"no end of partition after {len(records)}"
-            # consume() waits for all num_messages or the timeout: keep the timeout short.
-            for message in consumer.consume(num_messages=10_000, timeout=0.1):
-                error = message.error()
-                if error is not None:
-                    assert error.code() == KafkaError._PARTITION_EOF, error
-                    eof.add(message.partition())
-                else:
-                    eof.discard(message.partition())
-                    records.append(
-                        (message.partition(), message.offset(), message.key(), message.value())
-                    )
-    finally:
-        consumer.close()
-    return records
+def values(records: Sequence[TopicRecord]) -> list[bytes | None]:
+    return [record.value for record in records]
 
 
-def values(records: list[tuple[int, int, bytes | None, bytes | None]]) -> list[bytes | None]:
-    return [value for _, _, _, value in records]
+def describe_answer(*start_times_ms: int) -> dict[str, Any]:
+    """A DescribeTransactions response body: transactions ``t0``, ``t1`` ... started at
+    ``start_times_ms`` (one that started, at a time above 0, holds partitions 0 and 2 of
+    topic ``t``)."""
+    states = [
+        {"transactional_id": f"t{i}", "transaction_state": "Empty", "transaction_timeout": 60_000,
+         "transaction_start_time": start, "producer_id": i, "producer_epoch": 0,
+         "topics": [{"topic": "t", "partitions": [0, 2]}] if start > 0 else []}
+        for i, start in enumerate(start_times_ms)
+    ]  # fmt: skip
+    return {"throttle_time": 0, "transaction_states": states}
