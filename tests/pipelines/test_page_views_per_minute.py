@@ -12,8 +12,8 @@ from confluent_kafka import Producer
 from riverbed.testing.references import page_views_per_minute
 from tests.support.brokers import BrokerProcess
 from tests.support.events import BASE, MINUTE, disordered, page_views
-from tests.support.pipelines import PipelineProcess, stop_once_written
-from tests.support.topics import changelog, keyed, produce_events, read_json
+from tests.support.pipelines import PipelineProcess, late_reasons, stop_once_written
+from tests.support.topics import changelog, keyed, produce_events
 
 
 def test_windows_late_events_kill_and_restart(
@@ -51,13 +51,6 @@ def test_windows_late_events_kill_and_restart(
     )
     assert changelog(results) == expected
     assert len(results) == len(expected)  # each window once: no duplicates across the kill
-    late = read_json(bootstrap, "late_events")
-    assert sorted(r.value["event_id"] for r in late) == sorted(e["event_id"] for e in stragglers)
-    by_id = {e["event_id"]: e for e in stragglers}
-    for record in late:
-        event = dict(record.value)
-        reason = event.pop("reason")
-        assert event == by_id[event["event_id"]]
-        assert record.key == {"event_id": event["event_id"]}
+    for event, reason in late_reasons(bootstrap, "late_events", stragglers, "event_id"):
         start = event["ts"] - event["ts"] % MINUTE
         assert f"window [{start}, {start + MINUTE}) was already complete" in reason

@@ -17,7 +17,7 @@ def produce(bootstrap: str, topic: str, count: int, *, start: int = 0, partition
 
 
 def consumer(bootstrap: str, group: str, **extra: object) -> Consumer:
-    """A classic group member (``group.protocol=classic``), from the earliest offsets."""
+    """A member of a classic group (librdkafka's default protocol), from the earliest offsets."""
     config: dict[str, object] = {
         "bootstrap.servers": bootstrap,
         "group.id": group,

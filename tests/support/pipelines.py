@@ -7,6 +7,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -83,3 +84,22 @@ def stop_once_written(
     assert pipeline.stop() == 0, pipeline.log()
     assert f"{name} stopped" in pipeline.log()
     return read_json(bootstrap, name)
+
+
+def late_reasons(
+    bootstrap: str, topic: str, stragglers: list[dict[str, Any]], id_field: str
+) -> list[tuple[dict[str, Any], str]]:
+    """Checks that side output ``topic`` holds the ``stragglers``, each once, keyed
+    ``{id_field: ...}``, as they were sent plus a ``reason``; (straggler, reason) of each."""
+    late = read_json(bootstrap, topic)
+    assert sorted(r.key[id_field] for r in late) == sorted(e[id_field] for e in stragglers)
+    by_id = {e[id_field]: e for e in stragglers}
+    reasons = []
+    for record in late:
+        assert record.value is not None
+        event = dict(record.value)
+        reason = event.pop("reason")
+        assert record.key == {id_field: event[id_field]}
+        assert event == by_id[event[id_field]]
+        reasons.append((event, reason))
+    return reasons
