@@ -18,121 +18,22 @@ Not part of the test run; results go in BENCHMARKS.md.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import re
-import subprocess
-import sys
 import tempfile
-import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
-import psutil
+from _common import (
+    MESSAGE_BYTES,
+    PARTITIONS,
+    PRODUCER_SETTINGS,
+    CpuClock,
+    PeakRss,
+    machine,
+    produce,
+    start_broker,
+)
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-
-PARTITIONS = 4
-MESSAGE_BYTES = 100
-PRODUCER_SETTINGS = {
-    "linger.ms": 5,
-    "batch.size": 1_000_000,  # librdkafka's largest batch, the "1 MB batch" of the target
-    "batch.num.messages": 1_000_000,  # let batch.size, not the count, end a batch
-    "queue.buffering.max.messages": 2_000_000,
-    "queue.buffering.max.kbytes": 2_000_000,
-}
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    memory_gib = psutil.virtual_memory().total / 1024**3
-    return (
-        f"{cpu}, {os.cpu_count()} cores, {memory_gib:.0f} GiB, {platform.system()} "
-        f"{platform.release()}, Python {platform.python_version()}"
-    )
-
-
-class PeakRss:
-    """Samples a process's resident memory every 50 ms."""
-
-    def __init__(self, pid: int) -> None:
-        self._process = psutil.Process(pid)
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.peak = max(self.peak, self._process.memory_info().rss)
-            except psutil.Error:
-                return
-            time.sleep(0.05)
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join()
-        return self.peak
-
-
-def start_broker(
-    data_dir: Path, *, extra_args: Sequence[str] = ()
-) -> tuple[subprocess.Popen[bytes], str]:
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "riverbed.cli.main",
-            "broker",
-            "--data-dir",
-            str(data_dir),
-            "--listen",
-            "127.0.0.1:0",
-            "--log-level",
-            "WARNING",
-            *extra_args,
-        ],
-        stdout=subprocess.PIPE,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline().decode()
-    match = re.search(r"listening on (\S+)", line)
-    if not match:
-        process.kill()
-        raise SystemExit(f"broker did not start: {line!r}")
-    return process, match.group(1)
-
-
-def produce(bootstrap: str, topic: str, count: int, *, acks: str) -> float:
-    """Seconds to produce ``count`` messages and have every one acknowledged."""
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, **PRODUCER_SETTINGS})
-    payload = b"x" * MESSAGE_BYTES
-    failures = 0
-
-    def on_delivery(err: KafkaError | None, _message: object) -> None:
-        nonlocal failures
-        if err is not None:
-            failures += 1
-
-    producer.list_topics(topic, timeout=10)  # connect and learn leaders before the clock starts
-    start = time.perf_counter()
-    produce_one = producer.produce
-    for i in range(count):
-        produce_one(topic, payload, partition=i % PARTITIONS, on_delivery=on_delivery)
-        if i % 100_000 == 0:
-            producer.poll(0)
-    if producer.flush(300) != 0 or failures:
-        raise SystemExit(f"{failures} deliveries failed")
-    return time.perf_counter() - start
 
 
 def client_ceiling(count: int) -> float:
@@ -196,23 +97,6 @@ def report(name: str, count: int, seconds: float, *, broker_cpu_s: float | None 
         f"  ({seconds:.2f} s{cpu})",
         flush=True,
     )
-
-
-class CpuClock:
-    """CPU seconds (user + system) a process used since the last call."""
-
-    def __init__(self, pid: int) -> None:
-        self._process = psutil.Process(pid)
-        self._last = self._total()
-
-    def _total(self) -> float:
-        times = self._process.cpu_times()
-        return float(times.user + times.system)
-
-    def lap(self) -> float:
-        now = self._total()
-        used, self._last = now - self._last, now
-        return used
 
 
 def main() -> None:

@@ -54,12 +54,11 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from broker_throughput import machine, start_broker
+from _common import cpu_seconds_of, machine, percentile, start_broker
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tests' PostgreSQL
-from riverbed.testing.postgres import SERVER_SETTINGS, PostgresCluster
-from tests.cdc.capture_support import database, sql
+from riverbed.testing.postgres import SERVER_SETTINGS, PostgresCluster, database, sql
 
 PG_SETTINGS = {"synchronous_commit": "on"}
 """Over the test cluster's settings (fsync=off, full_page_writes=off, wal_level=logical):
@@ -193,11 +192,6 @@ class Bench:
         self._watermarks.close()
 
 
-def cpu_s(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return float(times.user + times.system)
-
-
 def postgres_processes(postgres: PostgresCluster) -> list[psutil.Process]:
     pid = int((postgres.directory / "data" / "postmaster.pid").read_text().split()[0])
     postmaster = psutil.Process(pid)
@@ -218,7 +212,7 @@ class PostgresCpu:
         total = own.user + own.system + own.children_user + own.children_system
         for process in children:
             with contextlib.suppress(psutil.Error):  # it has just ended
-                total += cpu_s(process)
+                total += cpu_seconds_of(process)
         return float(total)
 
     def lap(self) -> float:
@@ -233,14 +227,14 @@ class CpuUse:
     def __init__(self, env: Bench) -> None:
         self._server = PostgresCpu(env.postgres)
         self._broker = psutil.Process(env.broker_pid)
-        self._broker_start = cpu_s(self._broker)
+        self._broker_start = cpu_seconds_of(self._broker)
 
     def report(self, capture: Capture, seconds: float) -> str:
         """While ``capture`` still runs; ``seconds``: the measurement's length."""
         used = {
-            "the capture": cpu_s(psutil.Process(capture.process.pid)),
+            "the capture": cpu_seconds_of(psutil.Process(capture.process.pid)),
             "PostgreSQL": self._server.lap(),
-            "the broker": cpu_s(self._broker) - self._broker_start,
+            "the broker": cpu_seconds_of(self._broker) - self._broker_start,
         }
         return "CPU: " + ", ".join(
             f"{name} {value:.1f} s ({value / seconds:.0%} of a core)"
@@ -406,11 +400,6 @@ class Tail(threading.Thread):
         self.consumer.close()
 
 
-def percentile(values: Sequence[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))]
-
-
 def paced_writer(dsn: str, rate: float, seconds: float, rows: int) -> tuple[int, int, float]:
     """Single-row transactions at ``rate`` per second: (changes, records, seconds taken)."""
     pick = random.Random(7)
@@ -568,16 +557,16 @@ def overhead_once(
             server = PostgresCpu(env.postgres)
 
             def measure(phase: str, write: Callable[[], None]) -> None:
-                backend_cpu = cpu_s(backend)
-                capture_cpu = 0.0 if captured is None else cpu_s(captured)
+                backend_cpu = cpu_seconds_of(backend)
+                capture_cpu = 0.0 if captured is None else cpu_seconds_of(captured)
                 server.lap()
                 started = time.monotonic()
                 write()
                 figures[phase] = [
                     time.monotonic() - started,
-                    cpu_s(backend) - backend_cpu,
+                    cpu_seconds_of(backend) - backend_cpu,
                     server.lap(),
-                    0.0 if captured is None else cpu_s(captured) - capture_cpu,
+                    0.0 if captured is None else cpu_seconds_of(captured) - capture_cpu,
                 ]
 
             def update() -> None:

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 import psutil
-from broker_throughput import MESSAGE_BYTES, PARTITIONS, machine, produce, start_broker
+from _common import MESSAGE_BYTES, PARTITIONS, machine, produce, start_broker
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 

@@ -32,14 +32,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).parent))
-from broker_throughput import machine, start_broker
+from _common import machine, percentile, start_broker
 
 HEARTBEAT_INTERVAL_MS = 100
 PARTITIONS = 6
-
-
-def percentile(sorted_values: list[float], fraction: float) -> float:
-    return sorted_values[min(len(sorted_values) - 1, int(fraction * len(sorted_values)))]
 
 
 def commit_latency(bootstrap: str, commits: int) -> list[float]:

@@ -47,22 +47,30 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
-from broker_throughput import PRODUCER_SETTINGS, machine, start_broker
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from _common import (
+    PRODUCER_SETTINGS,
+    cpu_seconds,
+    machine,
+    percentile,
+    pipeline_query,
+    print_totals,
+    start_broker,
+    watermark_ms,
+)
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming.query import StreamingQuery
 
 import riverbed.spark
 from riverbed.pipelines.shop import PIPELINES
+from riverbed.testing.references import page_views_per_minute
+from riverbed.testing.topics import read_to_end
 
 PIPELINE = PIPELINES["page_views_per_minute"]
 INPUT, OUTPUT, LATE = "page_views", "page_views_per_minute", "late_events"
@@ -114,15 +122,14 @@ class Workload:
     pages: np.ndarray
 
     def expected(self) -> Counter[tuple[int, str]]:
-        """Events per (window start, page)."""
-        starts = self.ts - np.mod(self.ts, MINUTE_MS)
-        keys = starts * PAGES + self.pages
-        values, counts = np.unique(keys, return_counts=True)
+        """Events per (window start, page): riverbed.testing.references's
+        page_views_per_minute of the page views."""
+        views = (
+            {"ts": ts, "page": f"/page/{page}"}
+            for ts, page in zip(self.ts.tolist(), self.pages.tolist(), strict=True)
+        )
         return Counter(
-            {
-                (int(k // PAGES), f"/page/{k % PAGES}"): int(n)
-                for k, n in zip(values.tolist(), counts.tolist(), strict=True)
-            }
+            {(r["window_start"], r["page"]): r["views"] for r in page_views_per_minute(views)}
         )
 
 
@@ -152,73 +159,12 @@ def fill(bootstrap: str, events: int, seed: int = 8) -> Workload:
     return Workload(ts, pages)
 
 
-def start_query(
-    spark: SparkSession,
-    bootstrap: str,
-    checkpoint: Path,
-    *,
-    max_offsets: int | None = None,
-    trigger_ms: int | None = None,
-) -> StreamingQuery:
-    """The pipeline as :func:`riverbed.pipelines.runner.run` builds it, with the benchmark's
-    trigger (AvailableNow unless ``trigger_ms``)."""
-    reader = (
-        spark.readStream.format("riverbed")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", ",".join(PIPELINE.inputs))
-        .option("startingOffsets", "earliest")
-    )
-    if max_offsets is not None:
-        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets))
-    writer = (
-        PIPELINE.build(reader.load())
-        .writeStream.format("riverbed")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("checkpointLocation", str(checkpoint))
-        .outputMode("append")
-        .queryName(PIPELINE.name)
-    )
-    if trigger_ms is None:
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime=f"{trigger_ms} milliseconds")
-    return writer.start()
-
-
 def read_all(bootstrap: str, topic: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """Every (key, value) of ``topic``, read_committed, from the start to the end."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"check-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-            "fetch.queue.backoff.ms": 10,
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    records: list[tuple[dict[str, Any], dict[str, Any]]] = []
-    deadline = time.monotonic() + 60
-    try:
-        while time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    return records
-                raise SystemExit(f"reading {topic}: {error}")
-            records.append((json.loads(message.key() or b""), json.loads(message.value() or b"")))
-    finally:
-        consumer.close()
-    raise SystemExit(f"reading {topic}: no end within 60 s")
-
-
-def watermark_ms(progress: dict[str, Any]) -> int:
-    text = progress.get("eventTime", {}).get("watermark", "1970-01-01T00:00:00.000Z")
-    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+    return [
+        (json.loads(r.key or b""), json.loads(r.value or b""))
+        for r in read_to_end(bootstrap, topic, partitions=1)
+    ]
 
 
 def check(bootstrap: str, workload: Workload, final_watermark_ms: int) -> tuple[int, int, int]:
@@ -248,32 +194,6 @@ def check(bootstrap: str, workload: Workload, final_watermark_ms: int) -> tuple[
     return len(views), sum(views.values()), sum(late.values())
 
 
-def cpu_seconds() -> Counter[str]:
-    """CPU seconds (user + system) so far of Spark's JVM, its Python workers, the broker and
-    this process (the driver's Python side). Processes that ended are missing: Spark's
-    short-lived workers (planning, the sink's commit) use little."""
-    totals: Counter[str] = Counter()
-    me = psutil.Process()
-    for process in [me, *me.children(recursive=True)]:
-        try:
-            command = " ".join(process.cmdline())
-            times = process.cpu_times()
-        except psutil.Error:
-            continue
-        if process.pid == me.pid:
-            kind = "driver"
-        elif "java" in process.name():
-            kind = "JVM"
-        elif "pyspark" in command:
-            kind = "Python workers"
-        elif "broker" in command:
-            kind = "broker"
-        else:
-            kind = "other"
-        totals[kind] += times.user + times.system
-    return totals
-
-
 @dataclass
 class Run:
     seconds: float
@@ -283,13 +203,6 @@ class Run:
     late: int
     cpu_s: Counter[str]
 
-    def durations(self) -> dict[str, int]:
-        """durationMs summed over the batches."""
-        total: Counter[str] = Counter()
-        for batch in self.batches:
-            total.update(batch.get("durationMs", {}))
-        return dict(total)
-
 
 def throughput_run(
     spark: SparkSession, bootstrap: str, workload: Workload, checkpoint: Path, max_offsets: int
@@ -297,7 +210,7 @@ def throughput_run(
     create_topics(bootstrap, fresh=True)
     cpu_before = cpu_seconds()
     started = time.perf_counter()
-    query = start_query(spark, bootstrap, checkpoint, max_offsets=max_offsets)
+    query = pipeline_query(spark, PIPELINE, bootstrap, checkpoint, max_offsets=max_offsets)
     query.awaitTermination()
     seconds = time.perf_counter() - started
     cpu_s = cpu_seconds()
@@ -318,17 +231,7 @@ def print_run(name: str, events: int, run: Run) -> None:
         f"events, checked",
         flush=True,
     )
-    total = run.durations()
-    parts = ", ".join(
-        f"{k} {v / 1000:.1f} s" for k, v in sorted(total.items(), key=lambda kv: -kv[1])
-    )
-    print(f"  durationMs summed over batches: {parts}", flush=True)
-    cpu = ", ".join(f"{k} {v:.1f}" for k, v in run.cpu_s.most_common() if v >= 0.05)
-    print(
-        f"  CPU seconds ({2 * run.seconds:.1f} available on 2 cores): {cpu}; "
-        f"{sum(run.cpu_s.values()) / run.seconds:.2f} cores busy on average",
-        flush=True,
-    )
+    print_totals(run.batches, run.cpu_s, run.seconds)
     for batch in run.batches:
         state = batch.get("stateOperators", [{}])[0]
         print(
@@ -438,11 +341,6 @@ def paced_produce(bootstrap: str, rate: int, seconds: float) -> int:
     return sent
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def started_ms(progress: dict[str, Any]) -> int:
     text = progress["timestamp"].replace("Z", "+00:00")
     return int(datetime.fromisoformat(text).timestamp() * 1000)
@@ -478,7 +376,9 @@ def latency(spark: SparkSession, root: Path, args: argparse.Namespace) -> None:
     try:
         create_topics(bootstrap, fresh=False)
         tail = Tail(bootstrap)
-        query = start_query(spark, bootstrap, root / "cp-latency", trigger_ms=args.trigger_ms)
+        query = pipeline_query(
+            spark, PIPELINE, bootstrap, root / "cp-latency", trigger_ms=args.trigger_ms
+        )
         sent = paced_produce(bootstrap, args.rate, args.latency_seconds)
         time.sleep(2 * args.trigger_ms / 1000 + 5)  # the last results
         query.stop()

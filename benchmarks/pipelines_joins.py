@@ -85,16 +85,22 @@ import os
 import statistics
 import tempfile
 import time
-import uuid
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-import psutil
-from broker_throughput import PRODUCER_SETTINGS, machine, start_broker
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from _common import (
+    PRODUCER_SETTINGS,
+    cpu_seconds,
+    machine,
+    pipeline_query,
+    print_totals,
+    start_broker,
+    watermark_ms,
+)
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -104,6 +110,13 @@ from riverbed.cdc.changes import SnapshotRecords, dumps
 from riverbed.cdc.envelope import Source, change_event
 from riverbed.cdc.preflight import TableInfo
 from riverbed.pipelines.shop import PIPELINES
+from riverbed.testing.references import (
+    category_sales,
+    fraud_alerts,
+    profile_as_of,
+    search_ctr,
+)
+from riverbed.testing.topics import last_values, read_to_end
 from riverbed.workloads.oltp import PRIMARY_KEYS, Operation, OpKind, operations
 from riverbed.workloads.shop import Event, ShopConfig, events
 
@@ -122,9 +135,6 @@ FIRST_LSN, FIRST_XID = 0x1_6B3_7480, 740
 WAL_STEP = 200  # each transaction: one change at lsn, its commit at lsn + WAL_STEP // 2
 PRODUCE_DELAY_MS = 40  # the envelope's ts_ms: when the capture produced the change
 MINUTE_MS = 60_000
-CLICK_WINDOW_MS = 10 * MINUTE_MS  # DESIGN.md, search_ctr
-FRAUD_WINDOW_MS = 10 * MINUTE_MS  # DESIGN.md, fraud_alerts
-MIN_DECLINES = 3
 CUSTOM_METRICS = (
     "rocksdbSstFileSize",
     "rocksdbNumInternalColFamiliesKeys",
@@ -240,16 +250,13 @@ class Inputs(Protocol):
         ...
 
 
-def last_values(output: Output) -> dict[str, Row]:
-    """The changelog: the last value per key (a tombstone removes the key)."""
-    table: dict[str, Row] = {}
-    for key, value in output:
-        name = json.dumps(json.loads(key or b"null"), sort_keys=True)
-        if value is None:
-            table.pop(name, None)
-        else:
-            table[name] = json.loads(value)
-    return table
+def changelog(output: Output) -> dict[str, Row]:
+    """The table an output topic's records describe: the last value per key (keys as JSON
+    text with sorted fields; a tombstone removes the key)."""
+    return last_values(
+        (json.dumps(json.loads(key or b"null"), sort_keys=True), value and json.loads(value))
+        for key, value in output
+    )
 
 
 def fail(name: str, problems: Sequence[str]) -> None:
@@ -263,58 +270,49 @@ class SearchCtrInputs:
     name: str = "search_ctr"
     preload: list[Record] = field(default_factory=list)
     records: list[Record] = field(default_factory=list)
-    searches: dict[str, tuple[int, str]] = field(default_factory=dict)  # id -> ts, query
-    clicks: list[tuple[str, int]] = field(default_factory=list)  # search_id, ts
+    searches: list[Row] = field(default_factory=list)
+    clicks: list[Row] = field(default_factory=list)
 
     def offer(self, event: Event) -> None:
         if len(self.records) >= self.size or event.topic not in ("searches", "clicks"):
             return
         self.records.append(event_record(event))
-        value = event.value
-        if event.topic == "searches":
-            self.searches[str(value["search_id"])] = (event.ts, str(value["query"]))
-        else:
-            self.clicks.append((str(value["search_id"]), event.ts))
+        (self.searches if event.topic == "searches" else self.clicks).append(event.value)
 
     @property
     def full(self) -> bool:
         return len(self.records) >= self.size
 
     def check(self, outputs: dict[str, Output], watermark_ms: int) -> str:
-        searches: Counter[tuple[int, str]] = Counter()
-        for ts, query in self.searches.values():
-            searches[(ts - ts % MINUTE_MS, query)] += 1
-        clicked: Counter[tuple[int, str]] = Counter()
-        for search_id in {
-            search_id
-            for search_id, ts in self.clicks
-            if search_id in self.searches
-            and 0 <= ts - self.searches[search_id][0] <= CLICK_WINDOW_MS
-        }:
-            ts, query = self.searches[search_id]
-            clicked[(ts - ts % MINUTE_MS, query)] += 1
+        """Per (window, query) the searches equal the reference's (every search counts, late
+        or not); clicked searches never above it, in total at least 90% of it (a straggler
+        click can come after its search expired)."""
+        reference = {
+            (r["window_start"], r["query"]): r for r in search_ctr(self.searches, self.clicks)
+        }
         got = {
-            (v["window_start"], v["query"]): v for v in last_values(outputs["search_ctr"]).values()
+            (v["window_start"], v["query"]): v for v in changelog(outputs["search_ctr"]).values()
         }
         problems = [
-            f"{k}: {got.get(k, {}).get('searches')} searches, produced {n}"
-            for k, n in searches.items()
-            if got.get(k, {}).get("searches") != n
+            f"{k}: {got.get(k, {}).get('searches')} searches, produced {r['searches']}"
+            for k, r in reference.items()
+            if got.get(k, {}).get("searches") != r["searches"]
         ]
-        problems += [f"{k} not searched but in the output" for k in got.keys() - searches.keys()]
+        problems += [f"{k} not searched but in the output" for k in got.keys() - reference.keys()]
         problems += [
-            f"{k}: {v['clicked_searches']} clicked > reference {clicked[k]}"
+            f"{k}: {v['clicked_searches']} clicked > reference {reference[k]['clicked_searches']}"
             for k, v in got.items()
-            if v["clicked_searches"] > clicked[k]
+            if k in reference and v["clicked_searches"] > reference[k]["clicked_searches"]
         ]
+        searches = sum(r["searches"] for r in reference.values())
+        clicked = sum(r["clicked_searches"] for r in reference.values())
         total = sum(v["clicked_searches"] for v in got.values())
-        if total < 0.9 * clicked.total():
-            problems.append(f"{total} clicked searches, reference {clicked.total()}")
+        if total < 0.9 * clicked:
+            problems.append(f"{total} clicked searches, reference {clicked}")
         fail(self.name, problems)
         return (
-            f"{len(got):,} (window, query) rows, {searches.total():,} searches, {total:,} "
-            f"clicked ({total / max(1, clicked.total()):.1%} of the reference's "
-            f"{clicked.total():,})"
+            f"{len(got):,} (window, query) rows, {searches:,} searches, {total:,} "
+            f"clicked ({total / max(1, clicked):.1%} of the reference's {clicked:,})"
         )
 
 
@@ -356,16 +354,8 @@ class EnrichedClicksInputs:
     def full(self) -> bool:
         return len(self.preload) + len(self.records) >= self.size
 
-    def as_of(self, user_id: str, ts: int) -> Row | None:
-        """DESIGN.md: the latest change in changelog order with source.ts_ms <= ts, a
-        snapshot row counting as valid from the beginning of time."""
-        for at_ms, row in reversed(self.versions.get(user_id, [])):
-            if at_ms is None or at_ms <= ts:
-                return row
-        return None
-
     def check(self, outputs: dict[str, Output], watermark_ms: int) -> str:
-        got = last_values(outputs["enriched_clicks"])
+        got = changelog(outputs["enriched_clicks"])
         seen = {value["click_id"]: value for value in got.values()}
         problems = [f"click {c} missing" for c in self.clicks.keys() - seen.keys()]
         problems += [f"click {c} not produced" for c in seen.keys() - self.clicks.keys()]
@@ -374,7 +364,7 @@ class EnrichedClicksInputs:
             if click_id not in self.clicks:
                 continue
             user_id, ts = self.clicks[click_id]
-            row = self.as_of(user_id, ts) or {}
+            row = profile_as_of(self.versions.get(user_id, []), ts) or {}
             expected = {f: row.get(f) for f in ("name", "country", "tier")}
             actual = {f: value.get(f) for f in ("name", "country", "tier")}
             if actual != expected:
@@ -408,36 +398,16 @@ class FraudAlertsInputs:
         return len(self.records) >= self.size
 
     def reference(self, late: set[str]) -> dict[tuple[str, str], Row]:
-        """The alerts (DESIGN.md) over the payments not in ``late``, per (card, payment)."""
-        by_card: dict[str, list[Row]] = defaultdict(list)
-        for payment in self.payments:
-            if payment["payment_id"] not in late:
-                by_card[payment["card_id"]].append(payment)
-        alerts = {}
-        for card, payments in by_card.items():
-            declined: list[int] = []  # since the card's previous approved payment
-            for p in sorted(payments, key=lambda p: (p["ts"], p["payment_id"])):
-                if p["status"] == "declined":
-                    declined.append(p["ts"])
-                    continue
-                recent = [ts for ts in declined if p["ts"] - ts <= FRAUD_WINDOW_MS]
-                if len(recent) >= MIN_DECLINES:
-                    alerts[(card, p["payment_id"])] = {
-                        "card_id": card,
-                        "payment_id": p["payment_id"],
-                        "declined_count": len(recent),
-                        "first_declined_ts": recent[0],
-                        "approved_ts": p["ts"],
-                    }
-                declined = []
-        return alerts
+        """The alerts (riverbed.testing.references) over the payments not in ``late``, per
+        (card, payment)."""
+        payments = (p for p in self.payments if p["payment_id"] not in late)
+        return {(a["card_id"], a["payment_id"]): a for a in fraud_alerts(payments)}
 
     def check(self, outputs: dict[str, Output], watermark_ms: int) -> str:
         late = {json.loads(key or b"{}")["payment_id"] for key, _ in outputs["fraud_alerts_late"]}
         expected = self.reference(late)
         got = {
-            (v["card_id"], v["payment_id"]): v
-            for v in last_values(outputs["fraud_alerts"]).values()
+            (v["card_id"], v["payment_id"]): v for v in changelog(outputs["fraud_alerts"]).values()
         }
         if len(got) != len(outputs["fraud_alerts"]):
             fail(self.name, ["an alert written twice"])
@@ -472,26 +442,13 @@ class CategorySalesInputs:
                 break
 
     def reference(self) -> dict[str, Row]:
-        """From the final tables: per category, the orders not cancelled whose product
-        exists, their units and revenue at the current prices."""
-        totals: dict[str, Row] = {}
-        products = self.capture.rows["products"]
-        for order in self.capture.rows["orders"].values():
-            product = products.get(order["product_id"])
-            if product is None or order["status"] == "cancelled":
-                continue
-            category = product["category"]
-            total = totals.setdefault(
-                category, {"category": category, "orders": 0, "units": 0, "revenue_cents": 0}
-            )
-            total["orders"] += 1
-            total["units"] += order["quantity"]
-            total["revenue_cents"] += order["quantity"] * product["price_cents"]
-        return totals
+        """category_sales (riverbed.testing.references) of the final tables, by category."""
+        rows = self.capture.rows
+        return {r["category"]: r for r in category_sales(rows["orders"].values(), rows["products"])}
 
     def check(self, outputs: dict[str, Output], watermark_ms: int) -> str:
         expected = self.reference()
-        got = {v["category"]: v for v in last_values(outputs["category_sales"]).values()}
+        got = {v["category"]: v for v in changelog(outputs["category_sales"]).values()}
         problems = [
             f"{c}: {got.get(c)}, expected {expected.get(c)}"
             for c in got.keys() | expected.keys()
@@ -561,64 +518,8 @@ def produce(bootstrap: str, records: Sequence[Record]) -> None:
 
 def read_topic(bootstrap: str, topic: str) -> Output:
     """Every record of ``topic`` (one partition), read_committed, to its end."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"check-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-            "fetch.queue.backoff.ms": 10,
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    records: Output = []
-    deadline = time.monotonic() + 300
-    try:
-        while time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    return records
-                raise SystemExit(f"reading {topic}: {error}")
-            records.append((message.key(), message.value()))
-    finally:
-        consumer.close()
-    raise SystemExit(f"reading {topic}: no end within 300 s")
-
-
-def watermark_ms(progress: dict[str, Any]) -> int:
-    text = progress.get("eventTime", {}).get("watermark", "1970-01-01T00:00:00.000Z")
-    moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return int(moment.timestamp() * 1000)
-
-
-def cpu_seconds() -> Counter[str]:
-    """CPU seconds (user + system) so far of Spark's JVM, its Python workers, the broker and
-    this process (as in benchmarks/pipelines.py; ended processes are missing)."""
-    totals: Counter[str] = Counter()
-    me = psutil.Process()
-    for process in [me, *me.children(recursive=True)]:
-        try:
-            command = " ".join(process.cmdline())
-            times = process.cpu_times()
-        except psutil.Error:
-            continue
-        if process.pid == me.pid:
-            kind = "driver"
-        elif "java" in process.name():
-            kind = "JVM"
-        elif "pyspark" in command:
-            kind = "Python workers"
-        elif "broker" in command:
-            kind = "broker"
-        else:
-            kind = "other"
-        totals[kind] += times.user + times.system
-    return totals
+    records = read_to_end(bootstrap, topic, partitions=1, timeout_s=300)
+    return [(r.key, r.value) for r in records]
 
 
 def offsets(value: Any) -> dict[tuple[str, str], int]:
@@ -743,27 +644,9 @@ def run_query(
 ) -> Phase:
     """One AvailableNow query of the pipeline, as ``riverbed pipeline run`` builds it (module
     docstring), timed from its start to its end."""
-    pipeline = PIPELINES[name]
-    source = (
-        spark.readStream.format("riverbed")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", ",".join(pipeline.inputs))
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", str(max_offsets))
-        .load()
-    )
     cpu_before = cpu_seconds()
     started = time.perf_counter()
-    query = (
-        pipeline.build(source)
-        .writeStream.format("riverbed")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("checkpointLocation", str(checkpoint))
-        .outputMode("append")
-        .trigger(availableNow=True)
-        .queryName(pipeline.name)
-        .start()
-    )
+    query = pipeline_query(spark, PIPELINES[name], bootstrap, checkpoint, max_offsets=max_offsets)
     query.awaitTermination()
     seconds = time.perf_counter() - started
     cpu_s = cpu_seconds()
@@ -816,17 +699,7 @@ def print_phase(label: str, phase: Phase) -> None:
         f"{', '.join(f'{r:,.0f}' for r in phase.spark_rates())})",
         flush=True,
     )
-    total: Counter[str] = Counter()
-    for batch in phase.batches:
-        total.update(batch.get("durationMs", {}))
-    parts = ", ".join(f"{k} {v / 1000:.1f} s" for k, v in total.most_common())
-    print(f"  durationMs summed over batches: {parts}", flush=True)
-    cpu = ", ".join(f"{k} {v:.1f}" for k, v in phase.cpu_s.most_common() if v >= 0.05)
-    print(
-        f"  CPU seconds ({2 * phase.seconds:.1f} available on 2 cores): {cpu}; "
-        f"{sum(phase.cpu_s.values()) / phase.seconds:.2f} cores busy on average",
-        flush=True,
-    )
+    print_totals(phase.batches, phase.cpu_s, phase.seconds)
     for batch in phase.batches:
         rows = [op.get("numRowsTotal", 0) for op in batch.get("stateOperators", [])]
         print(

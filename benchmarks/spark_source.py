@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from broker_throughput import MESSAGE_BYTES, PRODUCER_SETTINGS, machine, start_broker
+from _common import MESSAGE_BYTES, PRODUCER_SETTINGS, machine, start_broker
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
@@ -38,8 +38,8 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.types import StructType
 
 import riverbed.spark
-from riverbed.demo import count_records
 from riverbed.spark.source.schema import arrow_schema, source_schema
+from riverbed.testing.topics import count_to_end
 
 PARTITIONS = 4
 CHUNK_ROWS = 50_000
@@ -193,7 +193,7 @@ def main() -> None:
                 target = f"copy-{run}"
                 create(bootstrap, target)
                 sink_s.append(copy(spark, bootstrap, "bench", target, root / f"cp-sink-{run}"))
-                copied = count_records(
+                copied = count_to_end(
                     bootstrap, target, partitions=PARTITIONS, isolation="read_committed"
                 )
                 print(

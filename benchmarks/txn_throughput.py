@@ -28,7 +28,7 @@ import threading
 import time
 from pathlib import Path
 
-from broker_throughput import (
+from _common import (
     MESSAGE_BYTES,
     PARTITIONS,
     PRODUCER_SETTINGS,
@@ -39,7 +39,7 @@ from broker_throughput import (
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from riverbed.demo import count_records
+from riverbed.testing.topics import count_to_end
 
 
 def create(bootstrap: str, topic: str) -> None:
@@ -139,7 +139,7 @@ def main() -> None:
                     seconds = transactional(
                         bootstrap, topic, args.messages, args.per_txn, producers
                     )
-                    visible = count_records(
+                    visible = count_to_end(
                         bootstrap,
                         topic,
                         partitions=PARTITIONS,

@@ -1,6 +1,6 @@
 """A private PostgreSQL cluster for the tests, the benchmarks and ``make demo``: ``initdb`` +
 ``pg_ctl`` with ``wal_level=logical``, on 127.0.0.1 and a free port, in a temporary
-directory.
+directory; :func:`database` makes a database of its own for one test or measurement.
 
 PostgreSQL refuses to run as root, so as root the server programs run as the ``postgres``
 user (``runuser -u postgres --``) in a directory that user owns; as any other user they run
@@ -17,8 +17,15 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import psycopg2
 
 SERVER_SETTINGS = {
     "wal_level": "logical",
@@ -86,3 +93,39 @@ class PostgresCluster:
             self._run("pg_ctl", "-D", str(self.directory / "data"), "-m", "fast", "-w", "stop")
         finally:
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@contextmanager
+def database(postgres: PostgresCluster) -> Iterator[str]:
+    """A new database of ``postgres`` for one test or measurement (its DSN); its
+    replication slots and itself are dropped after."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = psycopg2.connect(postgres.dsn)
+    admin.autocommit = True
+    admin.cursor().execute(f"CREATE DATABASE {name}")
+    try:
+        yield postgres.dsn.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        cursor = admin.cursor()
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,)
+        )
+        for _ in range(50):
+            cursor.execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                "WHERE database = %s AND NOT active",
+                (name,),
+            )
+            cursor.execute("SELECT count(*) FROM pg_replication_slots WHERE database = %s", (name,))
+            if (cursor.fetchone() or (0,))[0] == 0:
+                break
+            time.sleep(0.1)
+        cursor.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.close()
+
+
+def sql(dsn: str) -> Any:
+    """An autocommit connection to ``dsn`` (psycopg2's)."""
+    connection = psycopg2.connect(dsn)
+    connection.autocommit = True
+    return connection

@@ -6,7 +6,7 @@ import asyncio
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from tests.conftest import BrokerProcess
+from tests.support.brokers import BrokerProcess
 
 
 def test_zstd_round_trip_with_topic_auto_creation(broker_process: BrokerProcess) -> None:

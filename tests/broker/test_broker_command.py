@@ -13,7 +13,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 
 from riverbed.broker import Broker
 from riverbed.broker.config import BrokerConfig, ConfigError, parse_properties
-from tests.conftest import create_topic, run_riverbed, start_broker_process
+from tests.support.brokers import create_topic, start_broker_process
+from tests.support.cli import run_riverbed
 
 
 def test_sigterm_and_sigint_shut_down_cleanly_with_exit_code_0(tmp_path: Path) -> None:

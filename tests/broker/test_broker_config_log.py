@@ -10,7 +10,7 @@ import pytest
 
 from riverbed.broker.config import DOUBLE_MAX, BrokerConfig, ConfigError, log_setting_names
 from riverbed.log.topic_config import RETENTION_MS, SEGMENT_MS
-from tests.conftest import run_riverbed
+from tests.support.cli import run_riverbed
 
 HOUR_MS = 3_600_000
 

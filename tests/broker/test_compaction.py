@@ -17,9 +17,9 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from riverbed.broker import Broker
-from tests.broker.conftest import running_broker
-from tests.conftest import BrokerProcess, start_broker_process
-from tests.log.log_helpers import table_of
+from riverbed.testing.topics import read_to_end
+from tests.support.brokers import BrokerProcess, running_broker, start_broker_process
+from tests.support.log_files import table_of
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -47,29 +47,7 @@ def _create(bootstrap: str, topic: str, **configs: str) -> None:
 
 def _read(bootstrap: str, topic: str) -> list[Record]:
     """(offset, key, value) of every record from the start, read to the end."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "reader",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, -2)])
-    records: list[Record] = []
-    deadline = time.monotonic() + 30
-    try:
-        while True:
-            assert time.monotonic() < deadline
-            message = consumer.poll(1)
-            if message is None:
-                continue
-            if message.error():
-                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
-                return records
-            records.append((message.offset(), message.key(), message.value()))
-    finally:
-        consumer.close()
+    return [(r.offset, r.key, r.value) for r in read_to_end(bootstrap, topic, partitions=1)]
 
 
 async def _read_with_aiokafka(bootstrap: str, topic: str, count: int) -> list[Record]:
@@ -315,24 +293,8 @@ def test_internal_topics_are_compacted_and_replay_after_a_restart(tmp_path: Path
         again.begin_transaction()
         again.produce("orders", key=b"k", value=b"after-restart")
         again.commit_transaction(30)
-        committed_reader = Consumer(
-            {
-                "bootstrap.servers": broker.bootstrap,
-                "group.id": "audit",
-                "isolation.level": "read_committed",
-                "auto.offset.reset": "earliest",
-                "enable.partition.eof": True,
-            }
-        )
-        committed_reader.assign([TopicPartition("orders", 0, 0)])
-        values = []
-        while True:
-            message = committed_reader.poll(10)
-            assert message is not None
-            if message.error():
-                break
-            values.append(message.value())
-        committed_reader.close()
+        committed = read_to_end(broker.bootstrap, "orders", partitions=1)
+        values = [record.value for record in committed]
         assert values == [b"order-%d" % i for i in range(40) if i % 4 != 3] + [b"after-restart"]
     finally:
         broker.kill()

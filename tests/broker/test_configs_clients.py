@@ -25,8 +25,8 @@ from kio.static.primitive import i8
 
 from riverbed.broker import Broker
 from riverbed.protocol import ApiKey
-from tests.broker.wire import WireClient
-from tests.conftest import create_topic
+from tests.support.brokers import create_topic
+from tests.support.wire import WireClient
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")

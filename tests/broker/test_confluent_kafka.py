@@ -9,34 +9,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 
-from tests.conftest import BrokerProcess
-
-
-def _consume_all(bootstrap: str, topic: str, partitions: int, expected: int) -> list:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "unused",  # assign() only: no group membership, no commits
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    messages = []
-    eof: set[int] = set()
-    try:
-        while len(eof) < partitions or len(messages) < expected:
-            batch = consumer.consume(num_messages=10_000, timeout=10)
-            assert batch, f"no progress after {len(messages)} messages"
-            for message in batch:
-                if message.error():
-                    assert message.error().code() == KafkaError._PARTITION_EOF
-                    eof.add(message.partition())
-                else:
-                    messages.append(message)
-    finally:
-        consumer.close()
-    return messages
+from riverbed.testing.topics import read_to_end
+from tests.support.brokers import BrokerProcess
 
 
 def test_idempotent_lz4_producer_keeps_per_key_order_and_dense_offsets(
@@ -81,15 +55,16 @@ def test_idempotent_lz4_producer_keeps_per_key_order_and_dense_offsets(
     for offsets in by_partition.values():
         assert sorted(offsets) == list(range(len(offsets))), "offsets are dense from 0"
 
-    messages = _consume_all(bootstrap, "orders", 4, total)
+    messages = read_to_end(bootstrap, "orders", partitions=4)
     assert len(messages) == total
     seen_per_key: dict[bytes, list[int]] = defaultdict(list)
     partition_of_key: dict[bytes, int] = {}
     for message in messages:
-        key = message.key()
-        partition_of_key.setdefault(key, message.partition())
-        assert partition_of_key[key] == message.partition(), "one key, one partition"
-        seen_per_key[key].append(int(message.value().split(b":")[1]))
+        key, value = message.key, message.value
+        assert key is not None and value is not None
+        partition_of_key.setdefault(key, message.partition)
+        assert partition_of_key[key] == message.partition, "one key, one partition"
+        seen_per_key[key].append(int(value.split(b":")[1]))
     for key, sequence in seen_per_key.items():
         assert sequence == sorted(sequence), f"{key!r} out of order"
     assert sum(len(s) for s in seen_per_key.values()) == total
@@ -137,8 +112,8 @@ def test_produce_to_a_missing_topic_auto_creates_it(broker_process: BrokerProces
     producer = Producer({"bootstrap.servers": broker_process.bootstrap})
     producer.produce("created-on-demand", value=b"hello")
     assert producer.flush(30) == 0
-    messages = _consume_all(broker_process.bootstrap, "created-on-demand", 1, 1)
-    assert [m.value() for m in messages] == [b"hello"]
+    messages = read_to_end(broker_process.bootstrap, "created-on-demand", partitions=1)
+    assert [m.value for m in messages] == [b"hello"]
 
 
 def test_out_of_range_offset_resets_by_auto_offset_reset(broker_process: BrokerProcess) -> None:

@@ -16,8 +16,9 @@ from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbea
 from kio.schema.errors import ErrorCode
 
 from riverbed.broker import Broker
-from tests.broker.wire import WireClient
-from tests.conftest import create_topic, start_broker_process
+from tests.support.brokers import create_topic, start_broker_process
+from tests.support.groups import kip848_consumer
+from tests.support.wire import WireClient
 
 HEARTBEAT, DESCRIBE = 68, 69
 
@@ -92,19 +93,6 @@ FAST = (
 )
 
 
-def consumer(bootstrap: str, group: str, **extra: str) -> Consumer:
-    return Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "group.protocol": "consumer",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            **extra,
-        }
-    )
-
-
 def produce(bootstrap: str, topic: str, count: int, *, start: int = 0) -> None:
     producer = Producer({"bootstrap.servers": bootstrap})
     for i in range(start, start + count):
@@ -147,7 +135,7 @@ def test_two_consumers_split_a_topic_then_one_takes_over(tmp_path: Path) -> None
         bootstrap = broker.bootstrap
         create_topic(bootstrap, "clicks", partitions=6)
         produce(bootstrap, "clicks", 600)
-        a, b = consumer(bootstrap, "split"), consumer(bootstrap, "split")
+        a, b = kip848_consumer(bootstrap, "split"), kip848_consumer(bootstrap, "split")
         opened.extend([a, b])
         a.subscribe(["clicks"])
         b.subscribe(["clicks"])
@@ -196,7 +184,7 @@ def test_session_timeout_removes_a_killed_member(tmp_path: Path) -> None:
         )
         try:
             assert doomed.stdout is not None and doomed.stdout.readline() == "assigned\n"
-            survivor = consumer(bootstrap, "crash")
+            survivor = kip848_consumer(bootstrap, "crash")
             survivor.subscribe(["views"])
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline and len(survivor.assignment()) != 2:

@@ -14,7 +14,7 @@ from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequ
 from kio.schema.errors import ErrorCode
 
 from riverbed.broker import Broker
-from tests.broker.wire import WireClient
+from tests.support.wire import WireClient
 
 CREATE_TOPICS = 19
 DUPLICATE = (ErrorCode.invalid_request, "Duplicate topic name.")

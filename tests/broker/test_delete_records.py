@@ -22,7 +22,7 @@ from kio.schema.types import TopicName
 
 from riverbed.broker import Broker
 from riverbed.protocol import ApiKey
-from tests.broker.wire import WireClient
+from tests.support.wire import WireClient
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")

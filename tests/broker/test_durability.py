@@ -6,38 +6,10 @@ import threading
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import KafkaError, Producer
 
-from tests.conftest import create_topic, start_broker_process
-
-
-def consume_values(bootstrap: str, topic: str, partitions: int) -> list[tuple[int, int, bytes]]:
-    """Every (partition, offset, value) of the topic, read to the end."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "unused",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    out: list[tuple[int, int, bytes]] = []
-    eof: set[int] = set()
-    deadline = time.monotonic() + 60
-    try:
-        while len(eof) < partitions:
-            assert time.monotonic() < deadline, f"stuck after {len(out)} messages"
-            for message in consumer.consume(num_messages=10_000, timeout=1):
-                if message.error():
-                    assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
-                    eof.add(message.partition())
-                else:
-                    eof.discard(message.partition())
-                    out.append((message.partition(), message.offset(), message.value()))
-    finally:
-        consumer.close()
-    return out
+from tests.support.brokers import create_topic, start_broker_process
+from tests.support.topics import partition_offset_values
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
@@ -57,7 +29,7 @@ def test_restart_keeps_data_and_offsets_continue(tmp_path: Path) -> None:
         second = start_broker_process(data_dir, listen=first.bootstrap)
         try:
             produce(second.bootstrap, "kept", [b"after-%d" % i for i in range(1000)])
-            rows = consume_values(second.bootstrap, "kept", 2)
+            rows = partition_offset_values(second.bootstrap, "kept", 2)
         finally:
             assert second.stop() == 0
     finally:
@@ -136,7 +108,7 @@ def test_kill_9_during_idempotent_acks_all_production_loses_and_duplicates_nothi
         assert kills == 5
         assert len(acknowledged) == sent > 1000
 
-        stored = [v for _, _, v in consume_values(bootstrap, "crashy", 3)]
+        stored = [v for _, _, v in partition_offset_values(bootstrap, "crashy", 3)]
         assert len(stored) == len(set(stored)), "no duplicates"
         assert set(acknowledged) <= set(stored), "no acknowledged message lost"
     finally:
@@ -166,7 +138,7 @@ def test_garbage_appended_to_a_segment_is_truncated_and_writes_continue(tmp_path
         broker = start_broker_process(data_dir)
         try:
             produce(broker.bootstrap, "torn", [b"new-%d" % int(clean_stop)])
-            rows = consume_values(broker.bootstrap, "torn", 1)
+            rows = partition_offset_values(broker.bootstrap, "torn", 1)
         finally:
             broker.stop()
         offsets = [o for _, o, _ in rows]

@@ -7,57 +7,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from riverbed.broker import Broker
-from tests.broker.conftest import GROUPS_FAST, running_broker
-from tests.conftest import BrokerProcess, create_topic, start_broker_process
+from tests.support.brokers import (
+    GROUPS_FAST,
+    BrokerProcess,
+    create_topic,
+    running_broker,
+    start_broker_process,
+)
+from tests.support.groups import consumer, poll_all, produce, values
 
 FAST = GROUPS_FAST
-
-
-def produce(bootstrap: str, topic: str, count: int, *, start: int = 0, partitions: int = 6) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap})
-    for i in range(start, start + count):
-        producer.produce(topic, value=b"%d" % i, partition=i % partitions)
-    assert producer.flush(30) == 0
-
-
-def consumer(bootstrap: str, group: str, **extra: object) -> Consumer:
-    config: dict[str, object] = {
-        "bootstrap.servers": bootstrap,
-        "group.id": group,
-        "auto.offset.reset": "earliest",
-        "enable.auto.commit": False,
-        "session.timeout.ms": 6000,
-        "heartbeat.interval.ms": 300,
-    }
-    config.update(extra)
-    return Consumer(config)
-
-
-def poll_all(
-    consumers: list[Consumer], want: int, *, timeout_s: float = 30, commit: bool = True
-) -> dict[int, list[Message]]:
-    """Poll round-robin until ``want`` records in all; commit each consumer's progress."""
-    got: dict[int, list[Message]] = {i: [] for i in range(len(consumers))}
-    deadline = time.monotonic() + timeout_s
-    while sum(map(len, got.values())) < want:
-        assert time.monotonic() < deadline, {i: len(v) for i, v in got.items()}
-        for i, c in enumerate(consumers):
-            message = c.poll(0.05)
-            if message is None:
-                continue
-            assert not message.error(), message.error()
-            got[i].append(message)
-            if commit:
-                c.commit(message=message, asynchronous=False)
-    return got
-
-
-def values(messages: list[Message]) -> list[int]:
-    return [int(m.value()) for m in messages]  # type: ignore[arg-type]
 
 
 @pytest.fixture

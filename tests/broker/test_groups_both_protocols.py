@@ -27,10 +27,9 @@ from kio.schema.offset_fetch.v8.request import (
     OffsetFetchRequestTopics,
 )
 
-from tests.broker.test_consumer_protocol import consumer
-from tests.broker.test_groups_wire import commit, delete_group, join
-from tests.broker.wire import WireClient
-from tests.conftest import BrokerProcess, create_topic
+from tests.support.brokers import BrokerProcess, create_topic
+from tests.support.groups import kip848_consumer
+from tests.support.wire import WireClient, commit, delete_group, join
 
 OFFSET_FETCH, DESCRIBE_GROUPS, LIST_GROUPS, OFFSET_DELETE, CG_HEARTBEAT = 9, 15, 16, 47, 68
 
@@ -162,7 +161,7 @@ def test_an_empty_group_changes_type(group_broker: BrokerProcess) -> None:
 def test_admin_client_lists_and_describes_a_consumer_group(group_broker: BrokerProcess) -> None:
     bootstrap = group_broker.bootstrap
     create_topic(bootstrap, "w", partitions=2)
-    c = consumer(bootstrap, "modern")
+    c = kip848_consumer(bootstrap, "modern")
     c.subscribe(["w"])
     try:
         deadline = time.monotonic() + 30

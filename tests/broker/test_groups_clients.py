@@ -11,8 +11,8 @@ from aiokafka import AIOKafkaConsumer
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from tests.broker.test_groups import consumer, poll_all, produce, values
-from tests.conftest import BrokerProcess, create_topic
+from tests.support.brokers import BrokerProcess, create_topic
+from tests.support.groups import consumer, poll_all, produce, values
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # kafka-python's schema loading uses a deprecated API

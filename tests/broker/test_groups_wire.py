@@ -2,46 +2,19 @@
 
 from __future__ import annotations
 
-import datetime
-from typing import Any
-
-from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.heartbeat.v3.request import HeartbeatRequest
-from kio.schema.join_group.v5.request import JoinGroupRequest, JoinGroupRequestProtocol
 from kio.schema.leave_group.v3.request import LeaveGroupRequest, MemberIdentity
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
-from kio.schema.offset_commit.v8.request import (
-    OffsetCommitRequest,
-    OffsetCommitRequestPartition,
-    OffsetCommitRequestTopic,
-)
 from kio.schema.sync_group.v3.request import SyncGroupRequest, SyncGroupRequestAssignment
 
 from riverbed.log import SimpleRecord, build_batch
-from tests.broker.test_wire import produce_request
-from tests.broker.wire import WireClient
-from tests.conftest import BrokerProcess, create_topic
+from tests.support.brokers import BrokerProcess, create_topic
+from tests.support.wire import WireClient, commit, delete_group, join, produce_request
 
 OFFSET_COMMIT, FIND_COORDINATOR, JOIN, HEARTBEAT, LEAVE, SYNC = 8, 10, 11, 12, 13, 14
 METADATA, DELETE_GROUPS, PRODUCE = 3, 42, 0
-
-
-def join(client: WireClient, group: str, member_id: str = "") -> Any:
-    return client.request(
-        JOIN,
-        5,
-        JoinGroupRequest(
-            group_id=group,
-            session_timeout=datetime.timedelta(seconds=10),
-            rebalance_timeout=datetime.timedelta(seconds=10),
-            member_id=member_id,
-            group_instance_id=None,
-            protocol_type="consumer",
-            protocols=(JoinGroupRequestProtocol(name="range", metadata=b"m"),),
-        ),
-    )
 
 
 def heartbeat(client: WireClient, group: str, member_id: str, generation: int) -> ErrorCode:
@@ -49,34 +22,6 @@ def heartbeat(client: WireClient, group: str, member_id: str, generation: int) -
         group_id=group, generation_id=generation, member_id=member_id, group_instance_id=None
     )
     return client.request(HEARTBEAT, 3, body).error_code  # type: ignore[no-any-return]
-
-
-def commit(client: WireClient, group: str, member_id: str, generation: int) -> ErrorCode:
-    body = OffsetCommitRequest(
-        group_id=group,
-        generation_id_or_member_epoch=generation,
-        member_id=member_id,
-        group_instance_id=None,
-        topics=(
-            OffsetCommitRequestTopic(
-                name="w",
-                partitions=(
-                    OffsetCommitRequestPartition(
-                        partition_index=0,
-                        committed_offset=5,
-                        committed_leader_epoch=-1,
-                        committed_metadata=None,
-                    ),
-                ),
-            ),
-        ),
-    )
-    return client.request(OFFSET_COMMIT, 8, body).topics[0].partitions[0].error_code  # type: ignore[no-any-return]
-
-
-def delete_group(client: WireClient, group: str) -> ErrorCode:
-    response = client.request(DELETE_GROUPS, 2, DeleteGroupsRequest(groups_names=(group,)))
-    return response.results[0].error_code  # type: ignore[no-any-return]
 
 
 def test_group_errors_on_the_wire(group_broker: BrokerProcess) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import warnings
 
-from tests.conftest import BrokerProcess
+from tests.support.brokers import BrokerProcess
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from tests.conftest import BrokerProcess
+from tests.support.brokers import BrokerProcess
 
 
 def kcat(*args: str, stdin: str | None = None) -> str:

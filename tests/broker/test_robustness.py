@@ -15,8 +15,8 @@ import time
 import psutil
 from confluent_kafka import Producer
 
-from tests.broker.test_durability import consume_values
-from tests.conftest import BrokerProcess
+from tests.support.brokers import BrokerProcess
+from tests.support.topics import partition_offset_values
 
 
 # Real request frames to mutate: ApiVersions v3 (flexible) and Metadata v1.
@@ -138,7 +138,7 @@ def test_random_and_mutated_frames_never_hurt_other_clients(
     delivered = steady.stop()
     assert steady.errors == []
     assert broker_process.process.poll() is None, "the broker is still running"
-    values = [v for _, _, v in consume_values(broker_process.bootstrap, "steady", 1)]
+    values = [v for _, _, v in partition_offset_values(broker_process.bootstrap, "steady", 1)]
     assert len(values) == delivered == len(set(values))
     rss_growth = process.memory_info().rss - rss_start
     assert rss_growth < 64 * 1024**2, f"RSS grew by {rss_growth / 1024**2:.0f} MiB"
@@ -160,7 +160,7 @@ def test_hundreds_of_idle_connections_and_a_huge_declared_frame(
             sock.sendall(struct.pack(">i", 90 * 1024**2) + b"\x00" * 1024)
         time.sleep(1)
         healthy_round_trip(broker_process.bootstrap, "busy", 100)
-        values = consume_values(broker_process.bootstrap, "busy", 1)
+        values = partition_offset_values(broker_process.bootstrap, "busy", 1)
         assert len(values) == 100
         rss_growth = process.memory_info().rss - rss_start
         assert rss_growth < 64 * 1024**2, f"RSS grew by {rss_growth / 1024**2:.0f} MiB"

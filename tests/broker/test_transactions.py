@@ -9,14 +9,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from tests.broker.txn_clients import (
-    READ_COMMITTED,
-    READ_UNCOMMITTED,
-    read_all,
-    txn_producer,
-    values,
-)
-from tests.conftest import BrokerProcess, create_topic, start_broker_process
+from riverbed.testing.topics import READ_COMMITTED, READ_UNCOMMITTED, read_to_end
+from tests.support.brokers import BrokerProcess, create_topic, start_broker_process
+from tests.support.transactions import txn_producer, values
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -51,15 +46,15 @@ def test_committed_data_is_visible_to_read_committed_only_after_commit(
     items = [f"v{i}".encode() for i in range(10)]
     producer = _open_transaction(bootstrap, "tx-commit", items)
 
-    assert read_all(bootstrap, "t", partitions=2, isolation=READ_COMMITTED) == []
-    uncommitted = read_all(bootstrap, "t", partitions=2, isolation=READ_UNCOMMITTED)
+    assert read_to_end(bootstrap, "t", partitions=2, isolation=READ_COMMITTED) == []
+    uncommitted = read_to_end(bootstrap, "t", partitions=2, isolation=READ_UNCOMMITTED)
     assert sorted(values(uncommitted)) == sorted(items)
 
     producer.commit_transaction(30)
-    committed = read_all(bootstrap, "t", partitions=2, isolation=READ_COMMITTED)
+    committed = read_to_end(bootstrap, "t", partitions=2, isolation=READ_COMMITTED)
     assert sorted(values(committed)) == sorted(items)
     # The commit markers take an offset each, but no client ever sees them as records.
-    uncommitted = read_all(bootstrap, "t", partitions=2, isolation=READ_UNCOMMITTED)
+    uncommitted = read_to_end(bootstrap, "t", partitions=2, isolation=READ_UNCOMMITTED)
     assert sorted(values(uncommitted)) == sorted(items)
     for partition in (0, 1):
         low, high = _watermarks(bootstrap, "t", partition)
@@ -92,13 +87,13 @@ def test_aborted_data_is_skipped_by_read_committed_and_shown_to_read_uncommitted
             producer.commit_transaction(30)
             expected += items
 
-    committed = read_all(bootstrap, "t", partitions=2, isolation=READ_COMMITTED)
+    committed = read_to_end(bootstrap, "t", partitions=2, isolation=READ_COMMITTED)
     assert sorted(values(committed)) == sorted(expected)
     # Per partition, the committed records come in produce order.
     for partition in (0, 1):
-        mine = [v for p, _, _, v in committed if p == partition]
+        mine = [r.value for r in committed if r.partition == partition]
         assert mine == [v for i, v in enumerate(expected) if (i % 7) % 2 == partition]
-    uncommitted = read_all(bootstrap, "t", partitions=2, isolation=READ_UNCOMMITTED)
+    uncommitted = read_to_end(bootstrap, "t", partitions=2, isolation=READ_UNCOMMITTED)
     assert sorted(values(uncommitted)) == sorted(everything)
 
 
@@ -110,9 +105,11 @@ def test_read_committed_never_reads_past_an_open_transaction(
     fast = _open_transaction(bootstrap, "tx-fast", [b"fast-1"], partitions=1)
     fast.commit_transaction(30)
     # fast-1 is committed but after slow's open transaction began: not yet readable.
-    assert read_all(bootstrap, "t", partitions=1, isolation=READ_COMMITTED) == []
+    assert read_to_end(bootstrap, "t", partitions=1, isolation=READ_COMMITTED) == []
     slow.abort_transaction(30)
-    assert values(read_all(bootstrap, "t", partitions=1, isolation=READ_COMMITTED)) == [b"fast-1"]
+    assert values(read_to_end(bootstrap, "t", partitions=1, isolation=READ_COMMITTED)) == [
+        b"fast-1"
+    ]
 
 
 def test_a_new_instance_fences_the_zombie_whose_data_never_becomes_visible(
@@ -135,7 +132,7 @@ def test_a_new_instance_fences_the_zombie_whose_data_never_becomes_visible(
         KafkaError.INVALID_PRODUCER_EPOCH,
     ), error
 
-    committed = read_all(bootstrap, "t", partitions=2, isolation=READ_COMMITTED)
+    committed = read_to_end(bootstrap, "t", partitions=2, isolation=READ_COMMITTED)
     assert sorted(values(committed)) == [b"new-1", b"new-2"]
 
 
@@ -152,13 +149,13 @@ def test_an_abandoned_transaction_is_aborted_after_its_timeout(tmp_path) -> None
         )
         other = _open_transaction(bootstrap, "tx-other", [b"kept"], partitions=1)
         other.commit_transaction(30)
-        assert read_all(bootstrap, "t", partitions=1, isolation=READ_COMMITTED) == []
+        assert read_to_end(bootstrap, "t", partitions=1, isolation=READ_COMMITTED) == []
 
         deadline = time.monotonic() + 20
         committed: list[bytes | None] = []
         while time.monotonic() < deadline and not committed:
             time.sleep(0.3)
-            committed = values(read_all(bootstrap, "t", partitions=1, isolation=READ_COMMITTED))
+            committed = values(read_to_end(bootstrap, "t", partitions=1, isolation=READ_COMMITTED))
         assert committed == [b"kept"]
         assert "timed out after 6000 ms: aborting" in running.log_text()
         # The abandoned producer was fenced: its transaction cannot be committed any more.

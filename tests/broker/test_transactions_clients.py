@@ -13,8 +13,9 @@ with warnings.catch_warnings():  # kafka-python's import uses a deprecated impor
     warnings.simplefilter("ignore")
     from kafka import KafkaConsumer, KafkaProducer
 
-from tests.broker.txn_clients import READ_COMMITTED, READ_UNCOMMITTED, read_all, values
-from tests.conftest import BrokerProcess, create_topic
+from riverbed.testing.topics import READ_COMMITTED, READ_UNCOMMITTED, read_to_end
+from tests.support.brokers import BrokerProcess, create_topic
+from tests.support.transactions import values
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -60,10 +61,10 @@ def test_aiokafka_transactions_commit_and_abort(broker_process: BrokerProcess) -
     asyncio.run(produce())
     expected = sorted(f"kept-{i}".encode() for i in range(5))
     assert sorted(asyncio.run(consume())) == expected  # type: ignore[type-var]
-    assert sorted(values(read_all(bootstrap, "aio", partitions=2, isolation=READ_COMMITTED))) == (
-        expected
-    )
-    uncommitted = values(read_all(bootstrap, "aio", partitions=2, isolation=READ_UNCOMMITTED))
+    assert sorted(
+        values(read_to_end(bootstrap, "aio", partitions=2, isolation=READ_COMMITTED))
+    ) == (expected)
+    uncommitted = values(read_to_end(bootstrap, "aio", partitions=2, isolation=READ_UNCOMMITTED))
     assert sorted(uncommitted) == sorted([*expected, b"dropped"])  # type: ignore[type-var]
 
 
@@ -97,6 +98,6 @@ def test_kafka_python_transactions_commit_and_abort(broker_process: BrokerProces
         consumer.close()
     expected = sorted(f"kept-{i}".encode() for i in range(5))
     assert got == expected
-    assert sorted(values(read_all(bootstrap, "kp", partitions=2, isolation=READ_COMMITTED))) == (
+    assert sorted(values(read_to_end(bootstrap, "kp", partitions=2, isolation=READ_COMMITTED))) == (
         expected
     )

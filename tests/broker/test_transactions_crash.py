@@ -16,13 +16,13 @@ from typing import IO
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from tests.broker.conftest import GROUPS_FAST
-from tests.broker.txn_clients import READ_COMMITTED, read_all, txn_producer, values
-from tests.conftest import create_topic, start_broker_process
+from riverbed.testing.topics import READ_COMMITTED, read_to_end
+from tests.support.brokers import GROUPS_FAST, create_topic, start_broker_process
+from tests.support.transactions import txn_producer, values
 
 pytestmark = pytest.mark.timeout(300)
 
-WORKER = Path(__file__).with_name("eos_worker.py")
+WORKER = Path(__file__).parent.parent / "support" / "eos_worker.py"
 INPUT_RECORDS = 3000
 
 
@@ -103,14 +103,14 @@ def test_a_worker_killed_again_and_again_writes_every_output_exactly_once(
             if worker.stdout is not None:
                 worker.stdout.close()
 
-        output = values(read_all(bootstrap, "output", partitions=3, isolation=READ_COMMITTED))
+        output = values(read_to_end(bootstrap, "output", partitions=3, isolation=READ_COMMITTED))
         counts = Counter(output)
         assert sorted(counts) == sorted(f"out:{i}".encode() for i in range(INPUT_RECORDS))
         assert max(counts.values()) == 1, [v for v, n in counts.items() if n > 1][:10]
         assert kills == 4
         # Every kill cut a transaction off: its records are in the log, aborted (the next
         # instance's init fenced it), and read_uncommitted readers see them as well.
-        everything = read_all(bootstrap, "output", partitions=3, isolation="read_uncommitted")
+        everything = read_to_end(bootstrap, "output", partitions=3, isolation="read_uncommitted")
         assert len(everything) >= INPUT_RECORDS + kills
     finally:
         running.kill()
@@ -135,11 +135,11 @@ def test_a_transaction_survives_a_broker_kill_and_commits_afterwards(tmp_path: P
 
         running.kill()
         running = start_broker_process(data_dir, listen=bootstrap)
-        committed = values(read_all(bootstrap, "t", partitions=2, isolation=READ_COMMITTED))
+        committed = values(read_to_end(bootstrap, "t", partitions=2, isolation=READ_COMMITTED))
         assert sorted(committed) == sorted(f"first-{i}".encode() for i in range(10))
 
         producer.commit_transaction(60)  # the coordinator still knows the open transaction
-        committed = values(read_all(bootstrap, "t", partitions=2, isolation=READ_COMMITTED))
+        committed = values(read_to_end(bootstrap, "t", partitions=2, isolation=READ_COMMITTED))
         assert sorted(committed) == sorted(
             [f"first-{i}".encode() for i in range(10)] + [f"second-{i}".encode() for i in range(10)]
         )
@@ -171,7 +171,7 @@ def test_a_transaction_open_when_the_broker_was_killed_is_aborted_by_its_timeout
         while not committed:
             assert time.monotonic() < deadline, "the open transaction was never aborted"
             time.sleep(0.3)
-            committed = values(read_all(bootstrap, "t", partitions=1, isolation=READ_COMMITTED))
+            committed = values(read_to_end(bootstrap, "t", partitions=1, isolation=READ_COMMITTED))
         assert committed == [b"later"]
     finally:
         running.kill()

@@ -58,8 +58,8 @@ from riverbed.log import (
     decode_records,
     iter_batches,
 )
-from tests.broker.wire import WireClient
-from tests.conftest import BrokerProcess, create_topic
+from tests.support.brokers import BrokerProcess, create_topic
+from tests.support.wire import WireClient
 
 PRODUCE, FETCH, LIST_OFFSETS, OFFSET_FETCH, INIT_PID = 0, 1, 2, 9, 22
 ADD_PARTITIONS, ADD_OFFSETS, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28

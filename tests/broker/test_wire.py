@@ -13,26 +13,13 @@ import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
-from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
 from riverbed.broker import Broker
 from riverbed.log import SimpleRecord, build_batch, decode_records
-from tests.broker.wire import WireClient
-from tests.conftest import create_topic
+from tests.support.brokers import create_topic
+from tests.support.wire import WireClient, produce_request
 
 PRODUCE, FETCH, API_VERSIONS = 0, 1, 18
-
-
-def produce_request(topic: str, batch: bytes, *, acks: int) -> ProduceRequest:
-    return ProduceRequest(
-        acks=acks,
-        timeout=datetime.timedelta(seconds=10),
-        topic_data=(
-            TopicProduceData(
-                name=topic, partition_data=(PartitionProduceData(index=0, records=batch),)
-            ),
-        ),
-    )
 
 
 def fetch_request(topic: str, offset: int, *, max_wait_ms: int, min_bytes: int) -> FetchRequest:

@@ -1,4 +1,5 @@
-"""Fixtures of the CDC tests: one private PostgreSQL cluster for the session, and a cursor."""
+"""Fixtures of the CDC tests: a cursor on the session's PostgreSQL cluster (``postgres``,
+in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,6 @@ import psycopg2
 import pytest
 
 from riverbed.testing.postgres import PostgresCluster
-
-
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[PostgresCluster]:
-    cluster = PostgresCluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(scope="module")

@@ -13,22 +13,20 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from riverbed.testing.postgres import PostgresCluster
-from tests.cdc.capture_support import (
+from riverbed.testing.postgres import PostgresCluster, database, sql
+from tests.support.brokers import BrokerProcess
+from tests.support.capture import (
     Capture,
     Change,
     check_counter_runs,
     counter_rows,
     create_counters,
-    database,
     fold,
     read_topic,
     run_capture,
-    sql,
     start_writing_counters,
     wait_for_changes,
 )
-from tests.conftest import BrokerProcess
 
 COUNTERS = "shop.public.counters"
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from riverbed.testing.postgres import PostgresCluster
-from tests.cdc.capture_support import Capture, database, read_topic, run_capture, sql
-from tests.conftest import BrokerProcess
+from riverbed.testing.postgres import PostgresCluster, database, sql
+from tests.support.brokers import BrokerProcess
+from tests.support.capture import Capture, read_topic, run_capture
 
 
 def _fails(tmp_path: Path, *args: str, code: int = 1) -> str:

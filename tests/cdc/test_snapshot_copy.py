@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from riverbed.cdc.envelope import Json
 from riverbed.cdc.preflight import TableInfo
 from riverbed.cdc.snapshot import CopyRows, copy_tables, parse_copy_line
-from tests.cdc.capture_support import text_values
+from tests.support.capture import text_values
 
 Row = list[bytes | None]
 

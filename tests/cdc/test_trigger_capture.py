@@ -10,21 +10,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from riverbed.testing.postgres import PostgresCluster
-from tests.cdc.capture_support import (
+from riverbed.testing.postgres import PostgresCluster, database, sql
+from tests.support.brokers import BrokerProcess
+from tests.support.capture import (
     Capture,
     Change,
     check_counter_runs,
     counter_rows,
     create_counters,
-    database,
     fold,
     read_topic,
-    sql,
     start_writing_counters,
     wait_for_changes,
 )
-from tests.conftest import BrokerProcess
 
 
 def _capture(

@@ -17,7 +17,7 @@ from riverbed.cdc.preflight import TableInfo
 from riverbed.cdc.snapshot import copy_tables
 from riverbed.cdc.trigger import TriggerCaptureConfig, _Drain, parse_record
 from riverbed.testing.postgres import PostgresCluster
-from tests.cdc.capture_support import text_values
+from tests.support.capture import text_values
 
 AWKWARD: list[str | None] = [
     "plain",

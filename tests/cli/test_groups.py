@@ -6,26 +6,15 @@ from __future__ import annotations
 import datetime
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from tests.cli.test_tools import free_port
-from tests.conftest import BrokerProcess, create_topic, run_riverbed, start_broker_process
-
-Run = Callable[..., subprocess.CompletedProcess[str]]
-Rows = list[dict[str, str]]
-
-
-@pytest.fixture
-def group_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    """A broker process that completes a group's first join at once (Kafka waits 3 s)."""
-    no_delay = ("--set", "group.initial.rebalance.delay.ms=0")
-    with start_broker_process(tmp_path / "data", extra_args=no_delay) as running:
-        yield running
+from tests.support.brokers import BrokerProcess, create_topic
+from tests.support.cli import Run, failed, ok, run_riverbed, table
+from tests.support.ports import free_port
 
 
 @pytest.fixture
@@ -36,31 +25,6 @@ def groups(group_broker: BrokerProcess) -> Run:
         return run_riverbed("groups", *args, "--bootstrap", group_broker.bootstrap)
 
     return run
-
-
-def ok(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode == 0, result.stderr
-    assert "Traceback" not in result.stderr
-    return result.stdout
-
-
-def failed(result: subprocess.CompletedProcess[str], *, code: int = 1) -> str:
-    """The one stderr line of a run that failed with ``code``."""
-    assert result.returncode == code, (result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 if code == 1 else lines, result.stderr
-    return result.stderr
-
-
-def table(output: str) -> Rows:
-    """A printed table as one dict per row, keyed by the header."""
-    lines = [line.split() for line in output.splitlines() if line.strip()]
-    if not lines:
-        return []
-    header = lines[0]
-    assert all(len(line) == len(header) for line in lines), output
-    return [dict(zip(header, line, strict=True)) for line in lines[1:]]
 
 
 def offsets(groups: Run, group: str) -> dict[tuple[str, int], dict[str, str]]:

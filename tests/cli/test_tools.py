@@ -4,17 +4,15 @@ against a real ``riverbed broker`` process, cross-checked with kcat."""
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 
 import pytest
 
-from tests.conftest import BrokerProcess, run_riverbed
-
-Run = Callable[..., subprocess.CompletedProcess[str]]
+from tests.support.brokers import BrokerProcess
+from tests.support.cli import Run, consume_all, create, ok, run_riverbed
+from tests.support.ports import free_port
 
 
 @pytest.fixture
@@ -25,20 +23,6 @@ def riverbed(broker_process: BrokerProcess) -> Run:
         return run_riverbed(*args, "--bootstrap", broker_process.bootstrap, stdin=stdin)
 
     return run
-
-
-def ok(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode == 0, result.stderr
-    assert "Traceback" not in result.stderr
-    return result.stdout
-
-
-def create(riverbed: Run, topic: str, partitions: int = 1) -> None:
-    ok(riverbed("topics", "create", "--topic", topic, "--partitions", str(partitions)))
-
-
-def consume_all(riverbed: Run, topic: str, *args: str) -> str:
-    return ok(riverbed("consume", "--topic", topic, "--from-beginning", "--exit-at-end", *args))
 
 
 def test_topics_create_list_describe_alter_delete(riverbed: Run) -> None:
@@ -239,13 +223,6 @@ def test_partition_that_does_not_exist(riverbed: Run) -> None:
     result = riverbed("consume", "--topic", "one", "--partition", "5", "--offset", "0")
     assert result.returncode == 1
     assert "has no partition 5" in result.stderr
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 @pytest.mark.parametrize(

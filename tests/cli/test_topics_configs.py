@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.cli.test_tools import Run, consume_all, create, ok
-from tests.conftest import BrokerProcess, run_riverbed
+from tests.support.brokers import BrokerProcess
+from tests.support.cli import Run, consume_all, create, ok, run_riverbed
 
 
 @pytest.fixture

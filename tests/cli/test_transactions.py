@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Producer
 
-from tests.broker.txn_clients import txn_producer
-from tests.cli.test_groups import Run, failed, ok, table
-from tests.conftest import BrokerProcess, create_topic, run_riverbed
+from tests.support.brokers import BrokerProcess, create_topic
+from tests.support.cli import Run, failed, ok, run_riverbed, table
+from tests.support.transactions import txn_producer
 
 TIMEOUT_MS = 45_000  # the open transaction's transaction.timeout.ms (Kafka's default: 60000)
 

@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from riverbed.cli.main import main
 from riverbed.protocol import ApiKey, FrameReader, Request, decode_request, encode_response
-from tests.protocol.test_client_codec import DESCRIBE, LIST, describe_answer
+from tests.support.transactions import DESCRIBE, LIST, describe_answer
 
 Answer = Callable[[Request], dict[str, Any]]
 

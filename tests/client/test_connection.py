@@ -9,7 +9,7 @@ import time
 import pytest
 
 from riverbed.client import connect, split_address
-from tests.cli.test_tools import free_port
+from tests.support.ports import free_port
 
 
 def test_split_address() -> None:

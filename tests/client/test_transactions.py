@@ -12,7 +12,7 @@ from riverbed.client import (
     ListFilters,
     TransactionAdmin,
 )
-from tests.cli.test_tools import free_port
+from tests.support.ports import free_port
 
 
 def admin(bootstrap: str) -> TransactionAdmin:

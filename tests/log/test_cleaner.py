@@ -28,7 +28,7 @@ from riverbed.log import (
     swap,
 )
 from riverbed.log.batch import Compression
-from tests.log.log_helpers import FakeClock, crash, read_all, table_of
+from tests.support.log_files import FakeClock, crash, read_all, table_of
 
 Table = dict[bytes, bytes]
 Change = tuple[bytes, bytes | None]

@@ -17,7 +17,7 @@ from riverbed.log import (
     iter_batches,
 )
 from riverbed.log.batch import validate_batch
-from tests.log.log_helpers import FakeClock, batch, offsets_in, open_log, read_all
+from tests.support.log_files import FakeClock, batch, offsets_in, open_log, read_all
 
 
 def test_append_assigns_dense_offsets_and_read_returns_stored_bytes(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from riverbed.log import (
     UnknownTopicOrPartitionError,
 )
 from riverbed.log.manager import PRODUCER_ID_BLOCK_SIZE
-from tests.log.log_helpers import FakeClock, batch, offsets_in, read_all
+from tests.support.log_files import FakeClock, batch, offsets_in, read_all
 
 
 def manager(data_dir: Path) -> LogManager:

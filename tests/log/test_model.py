@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from riverbed.log import iter_batches
-from tests.log.log_helpers import batch, offsets_in, open_log, read_all
+from tests.support.log_files import batch, offsets_in, open_log, read_all
 
 appends = st.lists(
     st.tuples(st.integers(1, 6), st.integers(1, 300)),  # records, value bytes

@@ -19,7 +19,7 @@ from riverbed.log import (
 )
 from riverbed.log.producer_state import CompletedTxn, ProducerStateManager
 from riverbed.log.record_codec import build_control_batch
-from tests.log.log_helpers import batch, crash, open_log, read_all
+from tests.support.log_files import batch, crash, open_log, read_all
 
 PID = 4000
 

@@ -13,7 +13,7 @@ import pytest
 
 from riverbed.log import iter_batches
 from riverbed.log.batch import validate_batch
-from tests.log.log_helpers import batch, offsets_in, open_log, read_all
+from tests.support.log_files import batch, offsets_in, open_log, read_all
 
 SEGMENT = "00000000000000000000"
 
@@ -151,7 +151,7 @@ CHILD = textwrap.dedent(
     """
     import os, sys
     sys.path[:0] = [sys.argv[2]]
-    from tests.log.log_helpers import batch, open_log
+    from tests.support.log_files import batch, open_log
     from pathlib import Path
     log = open_log(Path(sys.argv[1]), segment_bytes=20000)
     i = 0

@@ -13,7 +13,7 @@ from riverbed.log import (
     delete_old_segments,
     delete_records,
 )
-from tests.log.log_helpers import FakeClock, batch, crash, offsets_in, open_log, read_all
+from tests.support.log_files import FakeClock, batch, crash, offsets_in, open_log, read_all
 
 HOUR_MS = 3_600_000
 

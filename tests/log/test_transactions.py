@@ -23,7 +23,7 @@ from riverbed.log import (
 )
 from riverbed.log.batch import validate_batch
 from riverbed.log.record_codec import build_control_batch
-from tests.log.log_helpers import (
+from tests.support.log_files import (
     FakeClock,
     batch,
     offsets_in,

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from riverbed.log import AbortedTxn, InvalidProducerEpochError, InvalidTxnStateError, Log
-from tests.log.log_helpers import batch, crash, open_log, overlapping, read_all, txn_state_of
+from tests.support.log_files import batch, crash, open_log, overlapping, read_all, txn_state_of
 
 PRODUCERS = (11, 22, 33)
 

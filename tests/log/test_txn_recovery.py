@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from riverbed.log import AbortedTxn, Log
-from tests.log.log_helpers import batch, crash, open_log, overlapping, read_all, txn_state_of
+from tests.support.log_files import batch, crash, open_log, overlapping, read_all, txn_state_of
 
 A, B, C = 100, 200, 300
 

@@ -26,8 +26,11 @@ from confluent_kafka import Producer
 from riverbed.cdc.changes import SnapshotRecords
 from riverbed.cdc.envelope import Source, change_event
 from riverbed.cdc.preflight import TableInfo
-from tests.conftest import BrokerProcess, create_topic
-from tests.pipelines.support import BASE, PipelineProcess, Record, changelog, read_committed
+from riverbed.testing.references import category_sales
+from tests.support.brokers import BrokerProcess, create_topic
+from tests.support.events import BASE
+from tests.support.pipelines import PipelineProcess
+from tests.support.topics import JsonRecord, changelog, keyed, read_json
 
 ORDERS, PRODUCTS = "shop.public.orders", "shop.public.products"
 KEYS = {"orders": "order_id", "products": "product_id"}
@@ -291,22 +294,10 @@ def delete_category(shop: SimulatedShop, category: str) -> None:
             shop.do(lambda tx, p=product_id: tx.delete("products", p))
 
 
-def reference(tables: dict[str, dict[str, Row]]) -> dict[str, dict[str, Any]]:
-    """category_sales from the contract: per category of the joined product, the orders that
-    are not cancelled and have a product, their units and quantity x current price."""
-    totals: dict[str, dict[str, Any]] = {}
-    for order in tables["orders"].values():
-        product = tables["products"].get(order["product_id"])
-        if order["status"] == "cancelled" or product is None:
-            continue
-        category = product["category"]
-        total = totals.setdefault(
-            category, {"category": category, "orders": 0, "units": 0, "revenue_cents": 0}
-        )
-        total["orders"] += 1
-        total["units"] += order["quantity"]
-        total["revenue_cents"] += order["quantity"] * product["price_cents"]
-    return {json.dumps({"category": c}, sort_keys=True): v for c, v in totals.items()}
+def expected_sales(tables: dict[str, dict[str, Row]]) -> dict[str, dict[str, Any]]:
+    """category_sales of the final tables (riverbed.testing.references), keyed as the
+    changelog is."""
+    return keyed(category_sales(tables["orders"].values(), tables["products"]), "category")
 
 
 def produce(bootstrap: str, messages: list[Message]) -> None:
@@ -325,12 +316,14 @@ def produce(bootstrap: str, messages: list[Message]) -> None:
     assert producer.flush(30) == 0
 
 
-def wait_for(bootstrap: str, expected: dict[str, dict[str, Any]], timeout_s: float) -> list[Record]:
+def wait_for(
+    bootstrap: str, expected: dict[str, dict[str, Any]], timeout_s: float
+) -> list[JsonRecord]:
     deadline = time.monotonic() + timeout_s
-    results = read_committed(bootstrap, "category_sales")
+    results = read_json(bootstrap, "category_sales")
     while changelog(results) != expected and time.monotonic() < deadline:
         time.sleep(1)
-        results = read_committed(bootstrap, "category_sales")
+        results = read_json(bootstrap, "category_sales")
     return results
 
 
@@ -348,14 +341,16 @@ def test_category_sales_follows_both_tables_across_a_kill(
         shop.tables["orders"][order["order_id"]] = order
     shop.snapshot()
     shop.run(150)
-    initial = reference(shop.tables)
+    initial = expected_sales(shop.tables)
     assert json.dumps({"category": "music"}) in initial
     produce(bootstrap, shop.take())
 
     checkpoint = tmp_path / "checkpoint"
     pipeline = PipelineProcess.start(tmp_path, "category_sales", bootstrap, checkpoint)
     pipeline.wait_caught_up()
-    assert changelog(wait_for(bootstrap, reference(shop.tables), 30)) == reference(shop.tables)
+    assert changelog(wait_for(bootstrap, expected_sales(shop.tables), 30)) == expected_sales(
+        shop.tables
+    )
 
     # More changes and a redelivered tail; kill -9 as soon as Spark has planned the batch
     # that reads them (its offsets are logged), before it can commit it.
@@ -376,7 +371,7 @@ def test_category_sales_follows_both_tables_across_a_kill(
 
     pipeline = PipelineProcess.start(tmp_path, "category_sales", bootstrap, checkpoint)
     pipeline.wait_caught_up()
-    expected = reference(shop.tables)
+    expected = expected_sales(shop.tables)
     results = wait_for(bootstrap, expected, 60)
     assert pipeline.stop() == 0, pipeline.log()
 

@@ -27,6 +27,8 @@ from riverbed.pipelines.operators.cep import (
     between,
     times,
 )
+from riverbed.pipelines.shop.fraud_alerts import FRAUD, TEN_MINUTES_MS, alert
+from riverbed.testing.references import fraud_alerts
 
 STRICT, RELAXED = Contiguity.STRICT, Contiguity.RELAXED
 
@@ -366,58 +368,6 @@ def test_the_matcher_finds_the_defined_matches_with_expiry_and_restarts_anywhere
 
 # -- fraud_alerts -------------------------------------------------------------------------
 
-TEN_MINUTES_MS = 600_000  # DESIGN, fraud_alerts: "within the 10 minutes before it"
-FRAUD = Pattern(
-    steps=(
-        Step(
-            name="declined", condition=lambda p: p["status"] == "declined", quantifier=at_least(3)
-        ),
-        Step(name="approved", condition=lambda p: p["status"] == "approved"),
-    ),
-    contiguity=STRICT,
-    within_ms=TEN_MINUTES_MS,
-)
-
-
-def fraud_alert(match: Match) -> dict[str, Any]:
-    """The fraud_alerts row of a match of FRAUD."""
-    declined, (approved,) = match["declined"], match["approved"]
-    return {
-        "card_id": approved["card_id"],
-        "payment_id": approved["payment_id"],
-        "declined_count": len(declined),
-        "first_declined_ts": declined[0]["ts"],
-        "approved_ts": approved["ts"],
-    }
-
-
-def contract_alerts(payments: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """DESIGN: "an approved payment on a card preceded, since that card's previous approved
-    payment, by 3 or more declined payments within the 10 minutes (event time) before it;
-    declined_count counts those declines" (one card; "before" in (ts, payment_id) order)."""
-    ordered = sorted(payments, key=lambda p: (p["ts"], p["payment_id"]))
-    alerts = []
-    for i, approved in enumerate(ordered):
-        if approved["status"] != "approved":
-            continue
-        previous = max((j for j in range(i) if ordered[j]["status"] == "approved"), default=-1)
-        declines = [
-            d
-            for d in ordered[previous + 1 : i]
-            if d["status"] == "declined" and approved["ts"] - TEN_MINUTES_MS <= d["ts"]
-        ]
-        if len(declines) >= 3:
-            alerts.append(
-                {
-                    "card_id": approved["card_id"],
-                    "payment_id": approved["payment_id"],
-                    "declined_count": len(declines),
-                    "first_declined_ts": min(d["ts"] for d in declines),
-                    "approved_ts": approved["ts"],
-                }
-            )
-    return alerts
-
 
 def payment(n: int, status: str, ts: int) -> Event:
     return {
@@ -438,7 +388,7 @@ def alerts_of(
     matcher, alerts, late = OrderedMatcher(FRAUD, tiebreak_field="payment_id"), [], []
     for i, (events, watermark) in enumerate(batches):
         out = matcher.advance(events, watermark_ms=watermark)
-        alerts += [fraud_alert(m) for m in out.matches]
+        alerts += [alert(m)[1] for m in out.matches]
         late += out.late
         if i < len(round_trips) and round_trips[i]:
             state = matcher.to_state()
@@ -450,7 +400,7 @@ def alerts_of(
     previous = None
     while (timer := matcher.next_timer_ms()) is not None:
         assert previous is None or timer > previous  # each timer releases or expires events
-        alerts += [fraud_alert(m) for m in matcher.advance([], watermark_ms=timer).matches]
+        alerts += [alert(m)[1] for m in matcher.advance([], watermark_ms=timer).matches]
         previous = timer
     return alerts, late, matcher
 
@@ -541,7 +491,7 @@ def test_fraud_alerts_are_those_of_the_contract_for_the_payments_not_late(
         watermark = max(watermark, batch_watermark)
         expected_late += [p for p in events if p["ts"] < watermark]
     assert late == expected_late
-    assert alerts == contract_alerts([p for p in payments if p not in expected_late])
+    assert alerts == fraud_alerts([p for p in payments if p not in expected_late])
     assert len(matcher.buffer) == len(matcher.matcher) == 0  # nothing left behind
 
 
@@ -553,7 +503,7 @@ def test_fraud_alerts_do_not_depend_on_the_arrival_order(
     one = alerts_of(data.draw(batches_of(payments, on_time=True)))
     other = alerts_of(data.draw(batches_of(payments, on_time=True)))
     assert one[1] == other[1] == []
-    assert one[0] == other[0] == contract_alerts(payments)
+    assert one[0] == other[0] == fraud_alerts(payments)
 
 
 @settings(max_examples=100, deadline=None)

@@ -23,83 +23,7 @@ from riverbed.pipelines.operators.changelog import (
     parse_change,
 )
 from riverbed.pipelines.operators.rows import json_text
-
-Record = tuple[bytes, bytes | None]
-
-
-def text_lsn(lsn: int) -> str:
-    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
-
-
-class Capture:
-    """A fake CDC capture of one table (key column ``key_column``): it keeps the true rows
-    and writes the records riverbed's capture would, one *unit* (the records of one change:
-    ``[c]``, ``[u]``, ``[d, tombstone]``, or ``[d, tombstone, c]`` for a key change) at a
-    time, all kept in ``units``. ``clock`` (shared between tables) gives positions: each
-    unit is a transaction whose change LSNs may be smaller than an earlier transaction's
-    (only commitLsn grows)."""
-
-    def __init__(self, key_column: str, clock: list[int], *, full: bool = False) -> None:
-        self.key_column = key_column
-        self.clock = clock
-        self.full = full  # REPLICA IDENTITY FULL, else DEFAULT
-        self.rows: dict[Any, dict[str, Any]] = {}
-        self.units: list[list[Record]] = []
-
-    def _record(self, op: str, key: Any, before: Any, after: Any, *, lsn: int) -> Record:
-        commit = self.clock[0]
-        as_text = commit % 3 == 0  # both JSON forms of an LSN
-        source = {
-            "version": "riverbed", "connector": "postgresql", "name": "shop", "db": "shop",
-            "schema": "public", "table": "t", "txId": commit, "snapshot": "false",
-            "lsn": text_lsn(lsn) if as_text else lsn,
-            "commitLsn": text_lsn(commit) if as_text else commit,
-            "ts_ms": 1_000 * commit,
-        }  # fmt: skip
-        value = {"before": before, "after": after, "source": source, "op": op, "ts_ms": 0}
-        return json.dumps({self.key_column: key}).encode(), json.dumps(value).encode()
-
-    def _unit(self, *records: tuple[str, Any, Any, Any]) -> list[Record]:
-        self.clock[0] += 1000
-        base = self.clock[0] - 999 + (self.clock[0] * 7919) % 500  # not monotonic across units
-        unit: list[Record] = []
-        for i, (op, key, before, after) in enumerate(records):
-            unit.append(self._record(op, key, before, after, lsn=base + i))
-            if op == "d":
-                unit.append((json.dumps({self.key_column: key}).encode(), None))
-        self.units.append(unit)
-        return unit
-
-    def _old(self, key: Any) -> dict[str, Any]:
-        return self.rows[key] if self.full else {self.key_column: key}
-
-    def insert(self, row: dict[str, Any]) -> list[Record]:
-        self.rows[row[self.key_column]] = row
-        return self._unit(("c", row[self.key_column], None, row))
-
-    def update(self, key: Any, row: dict[str, Any]) -> list[Record]:
-        """Update the row of ``key`` to ``row`` (a key change if its key differs)."""
-        old = self._old(key)
-        del self.rows[key]
-        new_key = row[self.key_column]
-        self.rows[new_key] = row
-        if new_key == key:
-            return self._unit(("u", key, old if self.full else None, row))
-        return self._unit(("d", key, old, None), ("c", new_key, None, row))
-
-    def delete(self, key: Any) -> list[Record]:
-        before = self._old(key)
-        del self.rows[key]
-        return self._unit(("d", key, before, None))
-
-    def snapshot(self) -> list[Record]:
-        """Op r records of every row, at the current position (not one of ``units``, which
-        are the streamed changes)."""
-        self.clock[0] += 1000
-        return [
-            self._record("r", key, None, row, lsn=self.clock[0]) for key, row in self.rows.items()
-        ]
-
+from tests.support.fake_capture import FakeCapture, Record
 
 MISSING: Any = object()
 """For :func:`envelope`: leave the field out."""
@@ -285,7 +209,7 @@ def test_unavailable_values_keep_the_previous_value() -> None:
 
 def test_a_key_change_and_a_truncate() -> None:
     clock = [0]
-    capture = Capture("id", clock)
+    capture = FakeCapture("id", clock)
     table = Table()
     for unit in [capture.insert({"id": 1, "v": "a"}), capture.insert({"id": 2, "v": "b"})]:
         for record in unit:
@@ -313,7 +237,7 @@ Truth = dict[str, Any]
 
 
 def run_capture(
-    capture: Capture, actions: list[tuple[str, int, int]]
+    capture: FakeCapture, actions: list[tuple[str, int, int]]
 ) -> list[tuple[list[Record], Truth]]:
     """The units that the actions write (a replay re-sends an earlier unit as it was), each
     with the true table after it (rows by the JSON text of their key)."""
@@ -335,7 +259,7 @@ def run_capture(
     return units
 
 
-def truth(capture: Capture) -> Truth:
+def truth(capture: FakeCapture) -> Truth:
     return {json_text({capture.key_column: k}): row for k, row in capture.rows.items()}
 
 
@@ -347,7 +271,7 @@ def table_rows(table: Table) -> Truth:
 def test_the_table_follows_its_changelog_through_replays(
     actions: list[tuple[str, int, int]], full: bool, snapshot: bool
 ) -> None:
-    capture = Capture("id", [0], full=full)
+    capture = FakeCapture("id", [0], full=full)
     table = Table()
     if snapshot:
         capture.rows = {1: {"id": 1, "v": 9}, 3: {"id": 3, "v": 9}}
@@ -364,7 +288,7 @@ def test_the_table_follows_its_changelog_through_replays(
 def test_a_reader_lagging_behind_compaction_ends_with_the_table(
     actions: list[tuple[str, int, int]], split: int, keep: list[bool]
 ) -> None:
-    capture = Capture("id", [0])
+    capture = FakeCapture("id", [0])
     no_replays = [a for a in actions if a[0] != "replay"]
     log = [record for unit, _ in run_capture(capture, no_replays) for record in unit]
     split = min(split, len(log))
@@ -385,7 +309,7 @@ def test_a_reader_lagging_behind_compaction_ends_with_the_table(
 def test_a_replayed_tail_of_the_log_ends_with_the_table(
     actions: list[tuple[str, int, int]], start: int
 ) -> None:
-    capture = Capture("id", [0])
+    capture = FakeCapture("id", [0])
     log = [record for unit, _ in run_capture(capture, actions) for record in unit]
     table = Table()
     for record in log + log[min(start, len(log)) :]:

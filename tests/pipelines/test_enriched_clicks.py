@@ -34,17 +34,11 @@ from riverbed.pipelines.operators.as_of_join import (
     KEY,
     AsOfJoin,
 )
-from tests.conftest import BrokerProcess
-from tests.pipelines.support import (
-    BASE,
-    MINUTE,
-    PipelineProcess,
-    changelog,
-    disordered,
-    produce,
-    produce_records,
-    read_committed,
-)
+from riverbed.testing.references import enriched_click
+from tests.support.brokers import BrokerProcess
+from tests.support.events import BASE, MINUTE, disordered
+from tests.support.pipelines import PipelineProcess
+from tests.support.topics import changelog, produce_events, produce_records, read_json
 
 USERS_TOPIC = "shop.public.users"
 PROFILE = ("name", "country", "tier")
@@ -101,28 +95,26 @@ class Users:
         self.lsn = commit + 0x100
 
 
-def profile_of(users: list[tuple[int, bytes, bytes | None]], user: str, ts: int) -> list[Any]:
-    """DESIGN.md: the latest change of the user in changelog order (snapshot rows first,
-    then (commitLsn, lsn)) with source.ts_ms <= ts, a snapshot row counting as valid from
-    the beginning of time; nulls if it is a delete or if there is none."""
-    latest: tuple[bool, int, int] | None = None
-    answer: list[Any] = [None] * len(PROFILE)
+def versions_of(
+    users: list[tuple[int, bytes, bytes | None]], user: str
+) -> list[tuple[int | None, dict[str, Any] | None]]:
+    """The user's changes in changelog order (snapshot rows first, then (commitLsn, lsn)),
+    as riverbed.testing.references.profile_as_of takes them: (source.ts_ms, None for a
+    snapshot row; the row after the change, None for a delete)."""
+    changes = []
     for _, key, value in users:
         if value is None or json.loads(key)["user_id"] != user:
             continue  # a tombstone: its delete is the change
         envelope = json.loads(value)
         source, snapshot = envelope["source"], envelope["op"] == "r"
         order = (not snapshot, source["commitLsn"], source["lsn"])
-        if (snapshot or source["ts_ms"] <= ts) and (latest is None or order > latest):
-            latest = order
-            after = envelope["after"] if envelope["op"] != "d" else None
-            answer = [None if after is None else after[name] for name in PROFILE]
-    return answer
+        after = envelope["after"] if envelope["op"] != "d" else None
+        changes.append((order, None if snapshot else source["ts_ms"], after))
+    return [(at_ms, row) for _, at_ms, row in sorted(changes, key=lambda c: c[0])]
 
 
 def enriched(click: dict[str, Any], users: list[tuple[int, bytes, bytes | None]]) -> Any:
-    profile = profile_of(users, click["user_id"], click["ts"])
-    return {**click, **dict(zip(PROFILE, profile, strict=True))}
+    return enriched_click(click, versions_of(users, click["user_id"]))
 
 
 # -- the operator, unit-tested with TwsTester --------------------------------------------
@@ -365,7 +357,7 @@ def phase(
     records, _ = between(shop, *cdc)
     _, events = between(shop, *clicks)
     produce_records(bootstrap, USERS_TOPIC, records)
-    produce(bootstrap, "clicks", disordered(events, seed=seed, max_ms=90_000))
+    produce_events(bootstrap, "clicks", disordered(events, seed=seed, max_ms=90_000))
     return {e["click_id"] for e in events}
 
 
@@ -376,7 +368,7 @@ def wait_for(pipeline: PipelineProcess, bootstrap: str, click_ids: set[str]) -> 
     while time.monotonic() < deadline:
         if pipeline.process.poll() is not None:
             raise AssertionError(f"pipeline exited:\n{pipeline.log()}")
-        written = {r.key["click_id"] for r in read_committed(bootstrap, "enriched_clicks")}
+        written = {r.key["click_id"] for r in read_json(bootstrap, "enriched_clicks")}
         if click_ids <= written:
             return
         time.sleep(0.5)
@@ -410,7 +402,7 @@ def test_enriched_clicks_with_late_changes_a_kill_and_retention(
         for i in range(2)
     ]  # fmt: skip
     for click in far:
-        produce(bootstrap, "clicks", [click])
+        produce_events(bootstrap, "clicks", [click])
         wait_for(pipeline, bootstrap, {click["click_id"]})
     # The as-of join's retention: a user's history is kept from its latest change (in
     # changelog order) valid at the horizon; a click before that change's time needs a
@@ -433,12 +425,12 @@ def test_enriched_clicks_with_late_changes_a_kill_and_retention(
         {"click_id": "late-y", "search_id": None, "user_id": exact_user, "product_id": "p2",
          "ts": BASE + 75 * MINUTE},
     ]  # fmt: skip
-    produce(bootstrap, "clicks", stragglers)
+    produce_events(bootstrap, "clicks", stragglers)
     wait_for(pipeline, bootstrap, {"late-x", "late-y"})
     assert pipeline.stop() == 0, pipeline.log()
 
     all_clicks = shop.clicks + far + stragglers
-    records = read_committed(bootstrap, "enriched_clicks")
+    records = read_json(bootstrap, "enriched_clicks")
     final = changelog(records)
     assert set(final) == {json.dumps({"click_id": c["click_id"]}) for c in all_clicks}
     # A click before the snapshot's read time has the profile the snapshot saw.
@@ -472,7 +464,7 @@ def test_enriched_clicks_with_late_changes_a_kill_and_retention(
     assert corrected >= 3
     assert all(a != b for values in by_click.values() for a, b in itertools.pairwise(values))
     # Late clicks: reported, with the reason.
-    late = read_committed(bootstrap, "enriched_clicks_late")
+    late = read_json(bootstrap, "enriched_clicks_late")
     assert sorted(r.key["click_id"] for r in late) == ["late-x", "late-y"]
     reasons = {r.key["click_id"]: r.value.pop("reason") for r in late}
     assert sorted((r.value for r in late), key=lambda v: v["click_id"]) == stragglers

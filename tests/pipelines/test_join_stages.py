@@ -22,11 +22,11 @@ from riverbed.pipelines.operators.join_stages import (
 from riverbed.pipelines.operators.join_stages import route_left as route
 from riverbed.pipelines.operators.rows import Row, json_text
 from riverbed.pipelines.shop.category_sales import CATEGORY_SALES
-from tests.pipelines.test_changelog import Capture, Record
+from tests.support.fake_capture import FakeCapture, Record
 
 
 def test_route_left_retracts_under_the_old_join_key() -> None:
-    orders = Capture("order_id", [0])  # REPLICA IDENTITY DEFAULT: no before for an update
+    orders = FakeCapture("order_id", [0])  # REPLICA IDENTITY DEFAULT: no before for an update
     state = RowState()
     o1 = {"order_id": "o1", "product_id": "p1", "quantity": 2, "status": "new", "note": "x"}
     created = orders.insert(o1)
@@ -55,7 +55,7 @@ def contribution(rows: int, units: int, revenue: int) -> Contribution:
 
 
 def test_a_join_key_contributes_to_the_group_of_its_product() -> None:
-    products = Capture("product_id", [0])
+    products = FakeCapture("product_id", [0])
     state = JoinKeyState()
     toy = {"product_id": "p1", "title": "ball", "category": "toys", "price_cents": 250}
     left = [
@@ -175,7 +175,7 @@ PRICES = [0, 1, 250, 2**40]
 STATUSES = ["new", "paid", "cancelled", None]
 
 
-def product_change(data: st.DataObject, products: Capture) -> list[Record]:
+def product_change(data: st.DataObject, products: FakeCapture) -> list[Record]:
     pid = data.draw(st.sampled_from(PRODUCT_IDS))
     fields = {
         "product_id": pid,
@@ -194,7 +194,7 @@ def product_change(data: st.DataObject, products: Capture) -> list[Record]:
     return products.update(pid, fields)
 
 
-def order_change(data: st.DataObject, orders: Capture) -> list[Record]:
+def order_change(data: st.DataObject, orders: FakeCapture) -> list[Record]:
     oid = data.draw(st.sampled_from(["o1", "o2", "o3", "o4", "o5"]))
     fields = {
         "order_id": oid,
@@ -223,8 +223,8 @@ def test_category_sales_after_every_batch_equal_the_totals_of_the_true_tables(
     data: st.DataObject, full: bool, snapshot: bool, steps: int
 ) -> None:
     clock = [0]
-    orders = Capture("order_id", clock, full=full)
-    products = Capture("product_id", clock, full=not full)
+    orders = FakeCapture("order_id", clock, full=full)
+    products = FakeCapture("product_id", clock, full=not full)
     pipeline = SalesPipeline(data.draw(st.randoms(use_true_random=False)))
     if snapshot:
         products.rows = {"p1": {"product_id": "p1", "category": "toys", "price_cents": 5}}

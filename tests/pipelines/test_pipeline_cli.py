@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import BrokerProcess
+from tests.support.brokers import BrokerProcess
 
 
 def _riverbed(*args: str) -> subprocess.CompletedProcess[str]:

@@ -7,21 +7,17 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
 
-from tests.conftest import BrokerProcess
-from tests.pipelines.support import (
-    BASE,
-    MINUTE,
-    PipelineProcess,
-    changelog,
-    disordered,
-    read_committed,
-)
+from riverbed.testing.references import search_ctr
+from tests.support.brokers import BrokerProcess
+from tests.support.events import BASE, MINUTE, disordered
+from tests.support.pipelines import PipelineProcess
+from tests.support.topics import changelog, read_json
 
 QUERIES = ["shoes", "red shoes", "tent", "lamp", "é café"]
 OFFSETS_MS = [0, 1, 30_000, 5 * MINUTE, 10 * MINUTE, 10 * MINUTE + 1, -1, -30_000, 11 * MINUTE]
@@ -49,32 +45,8 @@ def searches_and_clicks(
     return searches, clicks
 
 
-def reference(
-    searches: list[dict[str, Any]], clicks: list[dict[str, Any]]
-) -> dict[str, dict[str, Any]]:
-    """From the contract: a click counts for a search when 0 <= click.ts - search.ts <= 10
-    min; per query and 1-minute window of the search."""
-    click_times = defaultdict(list)
-    for click in clicks:
-        click_times[click["search_id"]].append(click["ts"])
-    totals: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0])
-    for search in searches:
-        window = search["ts"] - search["ts"] % MINUTE
-        clicked = any(
-            0 <= t - search["ts"] <= 10 * MINUTE for t in click_times[search["search_id"]]
-        )
-        totals[(window, search["query"])][0] += 1
-        totals[(window, search["query"])][1] += int(clicked)
-    result = {}
-    for (window, query), (n, c) in totals.items():
-        key = f'{{"query": "{query}", "window_start": {window}}}'
-        result[key] = {"window_start": window, "query": query, "searches": n,
-                       "clicked_searches": c, "ctr": c / n}  # fmt: skip
-    return result
-
-
-def _keyed(results: dict[str, dict[str, Any]]) -> dict[tuple[int, str], dict[str, Any]]:
-    return {(v["window_start"], v["query"]): v for v in results.values()}
+def _keyed(rows: Iterable[dict[str, Any]]) -> dict[tuple[int, str], dict[str, Any]]:
+    return {(v["window_start"], v["query"]): v for v in rows}
 
 
 def test_search_ctr_with_disorder_and_a_kill(broker_process: BrokerProcess, tmp_path: Path) -> None:
@@ -100,11 +72,11 @@ def test_search_ctr_with_disorder_and_a_kill(broker_process: BrokerProcess, tmp_
     send(*later, seed=2)  # while it is down
     pipeline = PipelineProcess.start(tmp_path, "search_ctr", bootstrap, checkpoint)
     pipeline.wait_caught_up()
-    expected = reference(first[0] + later[0], first[1] + later[1])
+    expected = _keyed(search_ctr(first[0] + later[0], first[1] + later[1]))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if _keyed(changelog(read_committed(bootstrap, "search_ctr"))) == _keyed(expected):
+        if _keyed(changelog(read_json(bootstrap, "search_ctr")).values()) == expected:
             break
         time.sleep(1)
     assert pipeline.stop() == 0, pipeline.log()
-    assert _keyed(changelog(read_committed(bootstrap, "search_ctr"))) == _keyed(expected)
+    assert _keyed(changelog(read_json(bootstrap, "search_ctr")).values()) == expected

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from riverbed.pipelines.operators.changelog import SourcePosition, parse_change
 from riverbed.pipelines.operators.rows import Row
 from riverbed.pipelines.operators.versioned_row import Version, VersionedRow
-from tests.pipelines.test_changelog import Capture
+from tests.support.fake_capture import FakeCapture
 
 
 def version(
@@ -84,7 +84,7 @@ def test_pruning_keeps_the_latest_version_at_or_below_the_watermark() -> None:
 
 
 def test_versions_of_changes() -> None:
-    capture = Capture("user_id", [0])
+    capture = FakeCapture("user_id", [0])
     created = capture.insert({"user_id": "u1", "name": "Ann", "tier": "gold", "email": "a@x"})
     deleted = capture.delete("u1")
     changes = [parse_change(*record) for record in created + deleted]

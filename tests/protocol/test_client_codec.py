@@ -22,8 +22,8 @@ from riverbed.protocol import (
     encode_response,
     request_body,
 )
+from tests.support.transactions import DESCRIBE, LIST, describe_answer
 
-DESCRIBE, LIST = ApiKey.DESCRIBE_TRANSACTIONS, ApiKey.LIST_TRANSACTIONS
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
@@ -33,16 +33,6 @@ def response_frame(api_key: ApiKey, version: int, body: dict[str, Any], *, cid: 
         api_key=api_key, api_version=version, correlation_id=cid, client_id=None, body=None
     )
     return encode_response(request, body)[4:]
-
-
-def describe_answer(*start_times_ms: int) -> dict[str, Any]:
-    states = [
-        {"transactional_id": f"t{i}", "transaction_state": "Empty", "transaction_timeout": 60_000,
-         "transaction_start_time": start, "producer_id": i, "producer_epoch": 0,
-         "topics": [{"topic": "t", "partitions": [0, 2]}] if start > 0 else []}
-        for i, start in enumerate(start_times_ms)
-    ]  # fmt: skip
-    return {"throttle_time": 0, "transaction_states": states}
 
 
 # --- the codec --------------------------------------------------------------------------------

@@ -13,14 +13,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from riverbed.broker import Broker
 from riverbed.spark.source.schema import source_schema
-from tests.conftest import create_topic
-from tests.spark.reader_support import (
-    BASE_MS,
-    Record,
-    end_offsets,
-    produce,
-    wait_for,
-)
+from tests.support.brokers import create_topic
+from tests.support.spark_reader import BASE_MS, Record, end_offsets, produce, wait_for
 
 
 def read(spark: SparkSession, bootstrap: str, **options: str) -> DataFrame:

@@ -13,8 +13,8 @@ from riverbed.spark.source.kafka_client import consumer_config
 from riverbed.spark.source.offsets import OffsetRange
 from riverbed.spark.source.range_reader import BATCH_ROWS, CONSUME_MESSAGES, ReadConfig, read_range
 from riverbed.spark.source.schema import arrow_schema
-from tests.conftest import create_topic
-from tests.spark.reader_support import end_offsets, wait_for
+from tests.support.brokers import create_topic
+from tests.support.spark_reader import end_offsets, wait_for
 
 
 def config(bootstrap: str, *, include_headers: bool = False, fail: bool = True) -> ReadConfig:

@@ -15,8 +15,8 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from riverbed.broker import Broker
-from tests.conftest import create_topic
-from tests.spark.reader_support import (
+from tests.support.brokers import create_topic
+from tests.support.spark_reader import (
     BASE_MS,
     input_rows,
     produce,

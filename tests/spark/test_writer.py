@@ -15,8 +15,8 @@ from pyspark.sql.types import StringType, StructField, StructType
 from riverbed.broker import Broker
 from riverbed.spark.errors import SinkOptionError
 from riverbed.spark.sink.writer import BatchWriter
-from tests.conftest import create_topic
-from tests.spark.sink_job import read_committed
+from tests.support.brokers import create_topic
+from tests.support.sink_job import read_output
 
 
 @pytest.fixture
@@ -40,7 +40,7 @@ def test_batch_write_string_key_and_value_to_the_topic_option(
         F.col("id").cast("string").alias("key"), F.concat(F.lit("v"), "id").alias("value")
     )
     _save(df.repartition(4), bootstrap, topic="out")
-    records = read_committed(bootstrap, "out", partitions=3)
+    records = read_output(bootstrap, "out", partitions=3)
     assert sorted((r.key, r.value) for r in records) == sorted(
         (str(i).encode(), f"v{i}".encode()) for i in range(1000)
     )
@@ -68,8 +68,8 @@ def test_batch_write_binary_columns_headers_partition_timestamp_and_topic_column
         "headers array<struct<key: string, value: binary>>, timestamp timestamp",
     )
     _save(df, bootstrap)
-    left = read_committed(bootstrap, "left", partitions=2)
-    right = sorted(read_committed(bootstrap, "right", partitions=2), key=lambda r: r.partition)
+    left = read_output(bootstrap, "left", partitions=2)
+    right = sorted(read_output(bootstrap, "right", partitions=2), key=lambda r: r.partition)
     assert [(r.partition, r.key, r.value, r.headers) for r in left] == [
         (1, b"k0", b"\x00\xff", [("h1", b"x"), ("h2", None)])
     ]
@@ -83,7 +83,7 @@ def test_the_topic_option_wins_over_the_topic_column(spark: SparkSession, bootst
     create_topic(bootstrap, "chosen", partitions=1)
     df = spark.createDataFrame([("ignored", "a"), ("ignored", "b")], "topic string, value string")
     _save(df, bootstrap, topic="chosen")
-    assert sorted(r.value for r in read_committed(bootstrap, "chosen", partitions=1)) == [
+    assert sorted(r.value for r in read_output(bootstrap, "chosen", partitions=1)) == [
         b"a",
         b"b",
     ]
@@ -93,7 +93,7 @@ def test_a_double_timestamp_is_seconds(spark: SparkSession, bootstrap: str) -> N
     create_topic(bootstrap, "out", partitions=1)
     df = spark.createDataFrame([("a", 1_767_225_600.25)], "value string, timestamp double")
     _save(df, bootstrap, topic="out")
-    [record] = read_committed(bootstrap, "out", partitions=1)
+    [record] = read_output(bootstrap, "out", partitions=1)
     assert record.timestamp_ms == 1_767_225_600_250
 
 
@@ -166,7 +166,7 @@ def test_a_null_topic_fails_the_task_and_writes_nothing(
     df = spark.createDataFrame([("named", "a"), (None, "b")], "topic string, value string")
     with pytest.raises(Exception, match="null topic present in the data"):
         _save(df.coalesce(1), bootstrap)
-    assert read_committed(bootstrap, "named", partitions=1) == []
+    assert read_output(bootstrap, "named", partitions=1) == []
 
 
 def test_a_batch_write_refuses_save_mode_overwrite_as_spark_s_kafka_sink() -> None:

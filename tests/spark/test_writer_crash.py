@@ -17,11 +17,16 @@ import pytest
 from confluent_kafka import Producer
 
 from riverbed.broker import Broker
-from tests.conftest import create_topic
-from tests.spark.sink_job import DONE, SOURCE_RECORDS_PER_BATCH, read_committed
-from tests.spark.test_writer_stream import ROWS_PER_FILE, write_input
+from tests.support.brokers import create_topic
+from tests.support.sink_job import (
+    DONE,
+    ROWS_PER_FILE,
+    SOURCE_RECORDS_PER_BATCH,
+    read_output,
+    write_input,
+)
 
-JOB = Path(__file__).with_name("sink_job.py")
+JOB = Path(__file__).parent.parent / "support" / "sink_job.py"
 FILES = 8
 JOB_TIMEOUT_S = 120
 
@@ -79,7 +84,7 @@ class Job:
 
 
 def _copied_ids(bootstrap: str, *, isolation: str = "read_committed") -> list[int]:
-    records = read_committed(bootstrap, "out", partitions=2, isolation=isolation)
+    records = read_output(bootstrap, "out", partitions=2, isolation=isolation)
     return sorted(json.loads(r.value or b"")["id"] for r in records)
 
 

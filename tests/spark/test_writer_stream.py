@@ -12,25 +12,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from riverbed.broker import Broker
-from tests.conftest import create_topic
-from tests.spark.reader_support import produce
-from tests.spark.sink_job import INPUT_SCHEMA, Record, read_committed
-
-ROWS_PER_FILE = 50
-
-
-def write_input(directory: Path, files: range) -> None:
-    """JSON files ``part-NNNN.json`` of ``ROWS_PER_FILE`` rows ``{"id", "payload"}`` each,
-    ids unique across files; written whole, then renamed, as a file source expects."""
-    directory.mkdir(parents=True, exist_ok=True)
-    for number in files:
-        rows = (
-            json.dumps({"id": number * ROWS_PER_FILE + i, "payload": f"p{number}-{i}"})
-            for i in range(ROWS_PER_FILE)
-        )
-        temporary = directory / f".part-{number:04d}.tmp"
-        temporary.write_text("\n".join(rows) + "\n")
-        temporary.rename(directory / f"part-{number:04d}.json")
+from riverbed.testing.topics import TopicRecord
+from tests.support.brokers import create_topic
+from tests.support.sink_job import INPUT_SCHEMA, ROWS_PER_FILE, read_output, write_input
+from tests.support.spark_reader import produce
 
 
 def run_copy(spark: SparkSession, bootstrap: str, source: Path, checkpoint: Path) -> StreamingQuery:
@@ -74,7 +59,7 @@ def forget_commit(checkpoint: Path, batch_id: int) -> None:
 
 def copied_ids(bootstrap: str) -> list[int]:
     ids = []
-    for record in read_committed(bootstrap, "out", partitions=2):
+    for record in read_output(bootstrap, "out", partitions=2):
         assert record.value is not None
         row = json.loads(record.value)
         assert record.key == str(row["id"]).encode()
@@ -136,7 +121,7 @@ def _mirror(spark: SparkSession, bootstrap: str, checkpoint: Path) -> StreamingQ
     return write_all(rows, bootstrap, checkpoint)
 
 
-def _content(records: list[Record]) -> list[tuple[object, ...]]:
+def _content(records: list[TopicRecord]) -> list[tuple[object, ...]]:
     return [(r.partition, r.key, r.value, r.headers, r.timestamp_ms) for r in records]
 
 
@@ -163,7 +148,7 @@ def test_a_riverbed_to_riverbed_mirror_is_exact_across_a_restart_and_a_replay(
     _produce_input(bootstrap, range(300, 400))
     second = _mirror(spark, bootstrap, checkpoint)
     assert second.recentProgress[0]["batchId"] == last
-    source = _content(read_committed(bootstrap, "in", partitions=2))
-    copy = _content(read_committed(bootstrap, "out", partitions=2))
+    source = _content(read_output(bootstrap, "in", partitions=2))
+    copy = _content(read_output(bootstrap, "out", partitions=2))
     assert len(copy) == 400
     assert sorted(copy, key=lambda r: r[0]) == sorted(source, key=lambda r: r[0])  # order kept

@@ -21,8 +21,8 @@ from riverbed.spark.sink.task import (
     sink_id,
     write_task,
 )
-from tests.conftest import create_topic
-from tests.spark.sink_job import read_committed
+from tests.support.brokers import create_topic
+from tests.support.sink_job import read_output
 
 SCHEMA = StructType([StructField("key", StringType()), StructField("value", StringType())])
 TOPIC = "out"
@@ -46,7 +46,7 @@ def _batches(*values: str) -> list[pa.RecordBatch]:
 
 def _written(plan: SinkPlan) -> list[bytes | None]:
     bootstrap = str(plan.producer["bootstrap.servers"])
-    return sorted(r.value for r in read_committed(bootstrap, TOPIC, partitions=2))
+    return sorted(r.value for r in read_output(bootstrap, TOPIC, partitions=2))
 
 
 def _write(plan: SinkPlan, task: WriteTask, *values: str) -> TaskOutcome:

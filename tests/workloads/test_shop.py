@@ -10,6 +10,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
+from riverbed.testing.references import approvals
 from riverbed.workloads import ConfigError
 from riverbed.workloads.oltp import (
     ORDER_STATUSES,
@@ -21,7 +22,6 @@ from riverbed.workloads.oltp import (
 )
 from riverbed.workloads.shop import (
     CLICK_WINDOW_MS,
-    FRAUD_WINDOW_MS,
     KEY_FIELDS,
     SESSION_GAP_MS,
     TOPICS,
@@ -164,25 +164,16 @@ def test_with_too_few_users_event_time_waits_and_visits_stay_apart() -> None:
 
 
 def fraud_alerts(payments: list[Event]) -> tuple[list[int], list[tuple[int, int]]]:
-    """DESIGN.md's fraud rule: per approval, (declines within 10 min, declines since the last
-    approval) — returns the alerts' counts and the near misses."""
-    by_card: dict[str, list[Event]] = defaultdict(list)
-    for payment in payments:
-        by_card[str(payment.key["card_id"])].append(payment)
+    """DESIGN.md's fraud rule (riverbed.testing.references): the alerts' declined counts, and
+    the near misses, (declines within 10 min, declines since the last approval) of each
+    approval after a decline that is no alert."""
     alerts: list[int] = []
     misses: list[tuple[int, int]] = []
-    for card_payments in by_card.values():
-        declined: list[int] = []
-        for payment in sorted(card_payments, key=lambda p: p.ts):
-            if payment.value["status"] == "declined":
-                declined.append(payment.ts)
-                continue
-            recent = sum(1 for t in declined if payment.ts - t <= FRAUD_WINDOW_MS)
-            if recent >= 3:
-                alerts.append(recent)
-            elif declined:
-                misses.append((recent, len(declined)))
-            declined = []
+    for approval in approvals(p.value for p in payments):
+        if approval.alert is not None:
+            alerts.append(len(approval.recent))
+        elif approval.declines:
+            misses.append((len(approval.recent), len(approval.declines)))
     return alerts, misses
 
 

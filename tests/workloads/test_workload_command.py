@@ -11,19 +11,17 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from typing import Any
 
 import psycopg2
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from riverbed.cli import workload_command
-from riverbed.testing.postgres import PostgresCluster
+from riverbed.testing.postgres import PostgresCluster, database
+from riverbed.testing.topics import read_to_end
 from riverbed.workloads.oltp import PRIMARY_KEYS, SCHEMAS, OpKind, operations
 from riverbed.workloads.shop import TOPICS, ShopConfig, events
-from tests.cdc.capture_support import database
-from tests.conftest import BrokerProcess
+from tests.support.brokers import BrokerProcess
 
 START_MS = 1_767_225_600_000
 SUMMARY = re.compile(
@@ -53,32 +51,11 @@ def summary_of(stdout: str) -> dict[str, str]:
 
 def read_records(bootstrap: str, topic: str) -> list[tuple[bytes, bytes]]:
     """Every record of partition 0 of ``topic``, up to its end."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"read-{uuid.uuid4().hex}",
-            "enable.partition.eof": True,
-        }
-    )
-    records: list[tuple[bytes, bytes]] = []
-    try:
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    return records
-                raise AssertionError(error)
-            key, value = message.key(), message.value()
-            assert key is not None and value is not None
-            records.append((key, value))
-        raise AssertionError(f"reading {topic} timed out")
-    finally:
-        consumer.close()
+    records = []
+    for record in read_to_end(bootstrap, topic, partitions=1, timeout_s=30):
+        assert record.key is not None and record.value is not None
+        records.append((record.key, record.value))
+    return records
 
 
 def test_the_events_reach_their_topics_as_generated(broker_process: BrokerProcess) -> None:

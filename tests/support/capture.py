@@ -1,30 +1,24 @@
-"""What the capture tests share: a database per test, ``riverbed cdc run`` as a child
-process, reading a CDC topic back, and folding it into the table it describes; the text
-values the parsers' property tests draw."""
+"""What the capture tests share: ``riverbed cdc run`` as a child
+process, reading a CDC topic back, and folding it into the table it describes; a writer
+of random transactions and the check of what it leaves in the topic; the text values the
+parsers' property tests draw."""
 
 from __future__ import annotations
 
 import json
-import os
 import random
-import re
-import signal
 import subprocess
-import sys
 import threading
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psycopg2
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 from hypothesis import strategies as st
 
-from riverbed.testing.postgres import PostgresCluster
+from riverbed.testing.postgres import sql
+from riverbed.testing.topics import read_to_end
+from tests.support.cli import ChildProcess, run_riverbed
 
 
 def text_values(*more: st.SearchStrategy[str]) -> st.SearchStrategy[list[str | None]]:
@@ -34,75 +28,13 @@ def text_values(*more: st.SearchStrategy[str]) -> st.SearchStrategy[list[str | N
     return st.lists(st.one_of(st.none(), text, *more), min_size=1, max_size=6)
 
 
-@contextmanager
-def database(postgres: PostgresCluster) -> Iterator[str]:
-    """A new database for one test (its DSN); its slots and itself are dropped after."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    admin = psycopg2.connect(postgres.dsn)
-    admin.autocommit = True
-    admin.cursor().execute(f"CREATE DATABASE {name}")
-    try:
-        yield postgres.dsn.rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        cursor = admin.cursor()
-        cursor.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,)
-        )
-        for _ in range(50):
-            cursor.execute(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                "WHERE database = %s AND NOT active",
-                (name,),
-            )
-            cursor.execute("SELECT count(*) FROM pg_replication_slots WHERE database = %s", (name,))
-            if cursor.fetchone()[0] == 0:
-                break
-            time.sleep(0.1)
-        cursor.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.close()
-
-
-def sql(dsn: str) -> Any:
-    connection = psycopg2.connect(dsn)
-    connection.autocommit = True
-    return connection
-
-
-@dataclass
-class Capture:
-    """``riverbed cdc run`` as a child process; its stderr in ``log_path``."""
-
-    process: subprocess.Popen[bytes]
-    log_path: Path
+class Capture(ChildProcess):
+    """``riverbed cdc run ARGS`` as a child process; its stderr in ``log_path``."""
 
     @classmethod
     def start(cls, tmp_path: Path, *args: str) -> Capture:
-        log_path = tmp_path / f"cdc-{time.monotonic_ns()}.log"
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "riverbed.cli.main", "cdc", "run", *args],
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
-        return cls(process, log_path)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_for(self, pattern: str, timeout_s: float = 60) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not re.search(pattern, self.log()):
-            if self.process.poll() is not None:
-                raise AssertionError(f"capture exited {self.process.returncode}:\n{self.log()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no {pattern!r} within {timeout_s} s:\n{self.log()}")
-            time.sleep(0.05)
-
-    def stop(self, timeout_s: float = 60) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout=timeout_s)
+        child = ChildProcess.spawn(tmp_path / f"cdc-{time.monotonic_ns()}.log", "cdc", "run", *args)
+        return cls(child.process, child.log_path)
 
     def kill(self) -> None:
         self.process.kill()
@@ -113,13 +45,7 @@ def run_capture(
     tmp_path: Path, *args: str, timeout_s: float = 60
 ) -> subprocess.CompletedProcess[str]:
     """``riverbed cdc ...`` to completion (for commands that fail or end by themselves)."""
-    return subprocess.run(
-        [sys.executable, "-m", "riverbed.cli.main", "cdc", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        cwd=tmp_path,
-    )
+    return run_riverbed("cdc", *args, timeout_s=timeout_s, cwd=tmp_path)
 
 
 @dataclass(frozen=True)
@@ -134,41 +60,17 @@ class Change:
 
 
 def read_topic(bootstrap: str, topic: str, timeout_s: float = 30) -> list[Change]:
-    """Every record of partition 0 of ``topic``, up to its current end."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"read-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout_s)
-        changes: list[Change] = []
-        if high == 0:
-            return changes
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            if message.error() is not None:
-                if message.error().code() == KafkaError._PARTITION_EOF:
-                    return changes
-                raise AssertionError(message.error())
-            value = message.value()
-            changes.append(
-                Change(
-                    json.loads(message.key()),
-                    None if value is None else json.loads(value),
-                    dict(message.headers() or ()),
-                )
-            )
-        raise AssertionError(f"reading {topic} timed out")
-    finally:
-        consumer.close()
+    """Every record of partition 0 of ``topic``, up to its current end (none if the topic
+    does not exist yet)."""
+    return [
+        Change(
+            json.loads(r.key or b"null"),
+            None if r.value is None else json.loads(r.value),
+            dict(r.headers or ()),
+        )
+        for r in read_to_end(bootstrap, topic, timeout_s=timeout_s)
+        if r.partition == 0
+    ]
 
 
 def wait_for_changes(bootstrap: str, topic: str, done: Any, timeout_s: float = 60) -> list[Change]:

@@ -1,6 +1,6 @@
 """A consume-transform-produce worker, exactly once with librdkafka's transactions.
 
-Run as ``python tests/broker/eos_worker.py BOOTSTRAP INPUT OUTPUT``: reads INPUT as a member
+Run as ``python tests/support/eos_worker.py BOOTSTRAP INPUT OUTPUT``: reads INPUT as a member
 of group ``eos`` (read_committed, static membership so a restart takes over at once), and for
 every batch, in one transaction, writes ``out:<value>`` to OUTPUT and commits the consumed
 offsets with ``send_offsets_to_transaction``. Prints ``open N`` once a transaction's output

@@ -1,7 +1,8 @@
-"""A streaming copy job into the ``riverbed`` sink, run as its own process by the crash tests,
-and the read_committed reader the sink tests check the output with.
+"""A streaming copy job into the ``riverbed`` sink, run as its own process by the crash tests;
+the input files it copies (:func:`write_input`), and the reader the sink tests check the
+output with (:func:`read_output`).
 
-    python tests/spark/sink_job.py --bootstrap HOST:PORT (--input DIR | --source-topic T) \
+    python tests/support/sink_job.py --bootstrap HOST:PORT (--input DIR | --source-topic T) \
         --checkpoint DIR --topic T [--crash-in-write BATCH | --crash-after-commit BATCH]
 
 The job reads JSON files ``{"id": int, "payload": str}`` from ``--input`` one file per
@@ -23,15 +24,15 @@ it lead, and the Python worker doing it) at a chosen point of micro-batch ``BATC
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
 from pyspark.sql.types import LongType, StringType, StructField, StructType
@@ -39,71 +40,36 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 import riverbed.spark
 from riverbed.spark.datasource import RiverbedDataSource
 from riverbed.spark.sink.writer import BATCH_ID_PROPERTY, SinkCommitMessage, StreamWriter
+from riverbed.testing.topics import READ_COMMITTED, TopicRecord, read_to_end
 
 INPUT_SCHEMA = StructType([StructField("id", LongType()), StructField("payload", StringType())])
 CRASHING_SOURCE = "riverbed-crashing"
 DONE = "sink job done"
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes | None]] | None
-    timestamp_ms: int
+ROWS_PER_FILE = 50
 
 
-def read_committed(
-    bootstrap: str,
-    topic: str,
-    *,
-    partitions: int,
-    isolation: str = "read_committed",
-    timeout_s: float = 30,
-) -> list[Record]:
-    """Every record a librdkafka consumer (read_committed unless ``isolation`` says otherwise)
-    gets from offset 0 to the end (for read_committed the last stable offset) of each of the
-    topic's ``partitions``."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "sink-test-reader",  # assign() only: no membership, no commits
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": isolation,
-            "fetch.wait.max.ms": 50,
-        }
-    )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    records: list[Record] = []
-    eof: set[int] = set()
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(eof) < partitions:
-            assert time.monotonic() < deadline, f"no end of {topic} after {len(records)} records"
-            for message in consumer.consume(num_messages=10_000, timeout=0.1):
-                error = message.error()
-                if error is not None:
-                    assert error.code() == KafkaError._PARTITION_EOF, error
-                    eof.add(message.partition())
-                    continue
-                eof.discard(message.partition())
-                records.append(
-                    Record(
-                        topic=message.topic(),
-                        partition=message.partition(),
-                        offset=message.offset(),
-                        key=message.key(),
-                        value=message.value(),
-                        headers=message.headers(),
-                        timestamp_ms=message.timestamp()[1],
-                    )
-                )
-    finally:
-        consumer.close()
+def write_input(directory: Path, files: range) -> None:
+    """JSON files ``part-NNNN.json`` of ``ROWS_PER_FILE`` rows ``{"id", "payload"}`` each,
+    ids unique across files; written whole, then renamed, as a file source expects."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for number in files:
+        rows = (
+            json.dumps({"id": number * ROWS_PER_FILE + i, "payload": f"p{number}-{i}"})
+            for i in range(ROWS_PER_FILE)
+        )
+        temporary = directory / f".part-{number:04d}.tmp"
+        temporary.write_text("\n".join(rows) + "\n")
+        temporary.rename(directory / f"part-{number:04d}.json")
+
+
+def read_output(
+    bootstrap: str, topic: str, *, partitions: int, isolation: str = READ_COMMITTED
+) -> list[TopicRecord]:
+    """:func:`riverbed.testing.topics.read_to_end` of what a sink wrote (read_committed
+    unless ``isolation`` says otherwise), for the sink tests against an in-process broker."""
+    records = read_to_end(bootstrap, topic, partitions=partitions, isolation=isolation)
     # The consumer's last Fetch may still wait (fetch.wait.max.ms) on the broker, and the
     # broker's stop() waits up to 5 s for a connection closed meanwhile: let it answer.
     time.sleep(0.1)

@@ -1,4 +1,5 @@
-"""Shared builders for the log tests."""
+"""Builders and oracles of the log tests: batches, logs on a fake clock, a kill -9, and what a
+log's batches say (its table, its transactions)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from riverbed.log import (
     control_type,
     iter_batches,
 )
+from riverbed.testing.topics import last_values
 
 
 class FakeClock:
@@ -50,14 +52,12 @@ def table_of(changes: Iterable[tuple[bytes | None, bytes | None]]) -> dict[bytes
     """The table a changelog of ``(key, value)`` describes, which compaction must keep: the
     last value of every key, a tombstone (None) removing it. Every change has a key (a
     compacted topic refuses records without one)."""
-    table: dict[bytes, bytes] = {}
-    for key, value in changes:
+
+    def key_of(key: bytes | None) -> bytes:
         assert key is not None
-        if value is None:
-            table.pop(key, None)
-        else:
-            table[key] = value
-    return table
+        return key
+
+    return last_values((key_of(key), value) for key, value in changes)
 
 
 def offsets_in(data: bytes) -> list[int]:

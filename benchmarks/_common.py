@@ -1,0 +1,245 @@
+"""What the benchmarks share (not a benchmark): the machine line every one prints, the broker
+as a child process, the producer they fill topics with, CPU seconds, percentiles, and the
+pipeline benchmarks' streaming query and watermark. The benchmarks import it as
+``_common`` (``python benchmarks/NAME.py`` puts benchmarks/ on the path); reading topics
+back and the pipelines' references are riverbed.testing's.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psutil
+from confluent_kafka import KafkaError, Producer
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    from riverbed.pipelines.pipeline import Pipeline
+
+PARTITIONS = 4
+MESSAGE_BYTES = 100
+PRODUCER_SETTINGS = {
+    "linger.ms": 5,
+    "batch.size": 1_000_000,  # librdkafka's largest batch, the "1 MB batch" of the target
+    "batch.num.messages": 1_000_000,  # let batch.size, not the count, end a batch
+    "queue.buffering.max.messages": 2_000_000,
+    "queue.buffering.max.kbytes": 2_000_000,
+}
+
+
+def machine() -> str:
+    """The machine line every benchmark prints: CPU, cores, memory, OS, Python."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory_gib = psutil.virtual_memory().total / 1024**3
+    return (
+        f"{cpu}, {os.cpu_count()} cores, {memory_gib:.0f} GiB, {platform.system()} "
+        f"{platform.release()}, Python {platform.python_version()}"
+    )
+
+
+def start_broker(
+    data_dir: Path, *, extra_args: Sequence[str] = ()
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``riverbed broker`` on a free port (log level WARNING); the process and its
+    bootstrap address, once it listens."""
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "riverbed.cli.main",
+            "broker",
+            "--data-dir",
+            str(data_dir),
+            "--listen",
+            "127.0.0.1:0",
+            "--log-level",
+            "WARNING",
+            *extra_args,
+        ],
+        stdout=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline().decode()
+    match = re.search(r"listening on (\S+)", line)
+    if not match:
+        process.kill()
+        raise SystemExit(f"broker did not start: {line!r}")
+    return process, match.group(1)
+
+
+def produce(bootstrap: str, topic: str, count: int, *, acks: str) -> float:
+    """Seconds to produce ``count`` messages of MESSAGE_BYTES round-robin over PARTITIONS
+    partitions with PRODUCER_SETTINGS and have every one acknowledged."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, **PRODUCER_SETTINGS})
+    payload = b"x" * MESSAGE_BYTES
+    failures = 0
+
+    def on_delivery(err: KafkaError | None, _message: object) -> None:
+        nonlocal failures
+        if err is not None:
+            failures += 1
+
+    producer.list_topics(topic, timeout=10)  # connect and learn leaders before the clock starts
+    start = time.perf_counter()
+    produce_one = producer.produce
+    for i in range(count):
+        produce_one(topic, payload, partition=i % PARTITIONS, on_delivery=on_delivery)
+        if i % 100_000 == 0:
+            producer.poll(0)
+    if producer.flush(300) != 0 or failures:
+        raise SystemExit(f"{failures} deliveries failed")
+    return time.perf_counter() - start
+
+
+class PeakRss:
+    """Samples a process's resident memory every 50 ms."""
+
+    def __init__(self, pid: int) -> None:
+        self._process = psutil.Process(pid)
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.peak = max(self.peak, self._process.memory_info().rss)
+            except psutil.Error:
+                return
+            time.sleep(0.05)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+def cpu_seconds_of(process: psutil.Process) -> float:
+    """CPU seconds (user + system) ``process`` used so far."""
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
+class CpuClock:
+    """CPU seconds (user + system) a process used since the last call."""
+
+    def __init__(self, pid: int) -> None:
+        self._process = psutil.Process(pid)
+        self._last = cpu_seconds_of(self._process)
+
+    def lap(self) -> float:
+        now = cpu_seconds_of(self._process)
+        used, self._last = now - self._last, now
+        return used
+
+
+def cpu_seconds() -> Counter[str]:
+    """CPU seconds (user + system) so far of Spark's JVM, its Python workers, the broker and
+    this process (the driver's Python side), by kind. Processes that ended are missing:
+    Spark's short-lived workers (planning, the sink's commit) use little."""
+    totals: Counter[str] = Counter()
+    me = psutil.Process()
+    for process in [me, *me.children(recursive=True)]:
+        try:
+            command = " ".join(process.cmdline())
+            used = cpu_seconds_of(process)
+        except psutil.Error:
+            continue
+        if process.pid == me.pid:
+            kind = "driver"
+        elif "java" in process.name():
+            kind = "JVM"
+        elif "pyspark" in command:
+            kind = "Python workers"
+        elif "broker" in command:
+            kind = "broker"
+        else:
+            kind = "other"
+        totals[kind] += used
+    return totals
+
+
+def print_totals(batches: Sequence[dict[str, Any]], cpu_s: Counter[str], seconds: float) -> None:
+    """A run's ``durationMs`` summed over its batches' progress reports, and its CPU seconds
+    (:func:`cpu_seconds`) against the ``seconds`` it took on 2 cores."""
+    total: Counter[str] = Counter()
+    for batch in batches:
+        total.update(batch.get("durationMs", {}))
+    parts = ", ".join(f"{k} {v / 1000:.1f} s" for k, v in total.most_common())
+    print(f"  durationMs summed over batches: {parts}", flush=True)
+    cpu = ", ".join(f"{k} {v:.1f}" for k, v in cpu_s.most_common() if v >= 0.05)
+    print(
+        f"  CPU seconds ({2 * seconds:.1f} available on 2 cores): {cpu}; "
+        f"{sum(cpu_s.values()) / seconds:.2f} cores busy on average",
+        flush=True,
+    )
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """The nearest-rank percentile: the smallest value with at least ``fraction`` of the
+    values at or below it."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))]
+
+
+def watermark_ms(progress: dict[str, Any]) -> int:
+    """The event-time watermark of a streaming progress report, in epoch ms."""
+    text = progress.get("eventTime", {}).get("watermark", "1970-01-01T00:00:00.000Z")
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def pipeline_query(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    bootstrap: str,
+    checkpoint: Path,
+    *,
+    max_offsets: int | None = None,
+    trigger_ms: int | None = None,
+) -> StreamingQuery:
+    """The pipeline as ``riverbed pipeline run`` builds it (one riverbed source subscribed to
+    its inputs from the earliest offsets, the riverbed sink with ``checkpoint``, append
+    mode), started with the benchmark's trigger: AvailableNow unless ``trigger_ms``."""
+    reader = (
+        spark.readStream.format("riverbed")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", ",".join(pipeline.inputs))
+        .option("startingOffsets", "earliest")
+    )
+    if max_offsets is not None:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets))
+    writer = (
+        pipeline.build(reader.load())
+        .writeStream.format("riverbed")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("checkpointLocation", str(checkpoint))
+        .outputMode("append")
+        .queryName(pipeline.name)
+    )
+    if trigger_ms is None:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{trigger_ms} milliseconds")
+    return writer.start()
