@@ -1,4 +1,4 @@
-"""The Spark part of ``make demo``: clicks per page with the ``riverbed`` data source.
+"""The demo's Spark section: clicks per page with the ``riverbed`` data source.
 
 A Structured Streaming query reads the demo's ``clicks`` topic from the beginning
 (``Trigger.AvailableNow``), counts clicks per page and writes the counts to the topic
@@ -17,9 +17,12 @@ from collections import Counter
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-import riverbed.spark
+from riverbed.demo.console import kafka_config
+
+__all__ = ["COUNTS_TOPIC", "count_pages"]
 
 COUNTS_TOPIC = "page-counts"
 
@@ -27,17 +30,19 @@ COUNTS_TOPIC = "page-counts"
 def _read_all(bootstrap: str, topic: str, *, partitions: int) -> list[tuple[bytes, bytes]]:
     """(key, value) of every record of ``topic``, read_committed, to the end."""
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "demo-spark-check",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-        }
+        kafka_config(
+            bootstrap,
+            {
+                "group.id": "demo-spark-check",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed",
+            },
+        )
     )
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     records: list[tuple[bytes, bytes]] = []
-    eof: set[int] = set()
+    eof: set[int | None] = set()
     deadline = time.monotonic() + 60
     try:
         while len(eof) < partitions and time.monotonic() < deadline:
@@ -54,41 +59,37 @@ def _read_all(bootstrap: str, topic: str, *, partitions: int) -> list[tuple[byte
     return records
 
 
-def run(bootstrap: str, *, topic: str, partitions: int) -> None:
-    started = time.perf_counter()
-    spark = riverbed.spark.session("riverbed-demo", master="local[2]", log_level="ERROR")
-    print(f"Spark {spark.version} on local[2] started in {time.perf_counter() - started:.1f} s")
-    try:
-        clicks = (
-            spark.readStream.format("riverbed")
+def count_pages(spark: SparkSession, bootstrap: str, *, topic: str, partitions: int) -> None:
+    """Count ``topic``'s clicks per page with Spark into :data:`COUNTS_TOPIC`, then check
+    the counts against plain Python."""
+    clicks = (
+        spark.readStream.format("riverbed")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    counts = (
+        clicks.select(F.get_json_object(F.col("value").cast("string"), "$.page").alias("page"))
+        .where(F.col("page").isNotNull())  # the group section's "late" events have none
+        .groupBy("page")
+        .count()
+        .select(F.col("page").alias("key"), F.col("count").cast("string").alias("value"))
+    )
+    with tempfile.TemporaryDirectory() as checkpoint:
+        started = time.perf_counter()
+        query = (
+            counts.writeStream.format("riverbed")
             .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topic)
-            .option("startingOffsets", "earliest")
-            .load()
+            .option("topic", COUNTS_TOPIC)
+            .option("checkpointLocation", str(Path(checkpoint) / "page-counts"))
+            .outputMode("complete")
+            .trigger(availableNow=True)
+            .start()
         )
-        counts = (
-            clicks.select(F.get_json_object(F.col("value").cast("string"), "$.page").alias("page"))
-            .where(F.col("page").isNotNull())  # the group section's "late" events have none
-            .groupBy("page")
-            .count()
-            .select(F.col("page").alias("key"), F.col("count").cast("string").alias("value"))
-        )
-        with tempfile.TemporaryDirectory() as checkpoint:
-            started = time.perf_counter()
-            query = (
-                counts.writeStream.format("riverbed")
-                .option("kafka.bootstrap.servers", bootstrap)
-                .option("topic", COUNTS_TOPIC)
-                .option("checkpointLocation", str(Path(checkpoint) / "page-counts"))
-                .outputMode("complete")
-                .trigger(availableNow=True)
-                .start()
-            )
-            query.awaitTermination()
-            seconds = time.perf_counter() - started
-            rows = sum(p["numInputRows"] for p in query.recentProgress)
-    finally:
-        spark.stop()
+        query.awaitTermination()
+        seconds = time.perf_counter() - started
+        rows = sum(p["numInputRows"] for p in query.recentProgress)
     print(
         f"query read {rows:,} records of {topic!r} in {seconds:.1f} s (start-up included) and "
         f"wrote the counts per page to {COUNTS_TOPIC!r} exactly once"
