@@ -24,7 +24,11 @@ applies to the driver's JVM, unless the session's configuration sets that option
 it hands ``launch_gateway`` pipes for the JVM's stdout and stderr, read by two threads that
 copy every line to this process's stdout and stderr except the two kinds of lines log4j's
 configuration cannot reach (:func:`is_noise`). All else gets through as before: Spark's WARN
-and ERROR lines, a Python worker's traceback, the executors' librdkafka warnings.
+and ERROR lines, a Python worker's traceback, the executors' librdkafka warnings. When this
+process exits, the JVM goes first (its standard input closes, which is how PySpark's JVM
+knows to exit), and the threads copy what it still had to say, for up to
+:data:`EXIT_DRAIN_S`: without that wait, the end of a worker's traceback written while a
+query stopped was lost with the threads.
 
 PySpark starts one JVM per process and keeps it after ``SparkSession.stop()`` for the
 process's later sessions (``SparkContext._gateway``), so only a process's first session
@@ -35,9 +39,13 @@ before riverbed could (another ``SparkContext`` first), one that runs the proces
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import re
+import subprocess
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import BinaryIO
@@ -45,7 +53,7 @@ from typing import BinaryIO
 from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 
-__all__ = ["DRIVER_JAVA_OPTIONS", "LOG4J2_CONFIG", "is_noise", "start_jvm"]
+__all__ = ["DRIVER_JAVA_OPTIONS", "EXIT_DRAIN_S", "LOG4J2_CONFIG", "is_noise", "start_jvm"]
 
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 """The driver's log4j2 configuration (its comments say why each line is there)."""
@@ -53,6 +61,10 @@ LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 DRIVER_JAVA_OPTIONS = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()}"
 """``spark.driver.extraJavaOptions`` of a riverbed session: a ``file:`` URI, which needs no
 quoting in spark-submit's option string whatever the path holds."""
+
+EXIT_DRAIN_S = 5.0
+"""How long this process's exit waits for the JVM to exit and its last lines to be copied.
+The JVM of a stopped session exits in well under a second once its input ends."""
 
 _NOISE = re.compile(
     rb"WARNING: Using incubator modules: "
@@ -81,7 +93,21 @@ def start_jvm(conf: SparkConf) -> None:
     finally:
         for reader in readers:
             reader.writer_started()  # the JVM holds its own copies of the write ends
+    process: subprocess.Popen[bytes] | None = gateway.proc
+    if process is not None:
+        atexit.register(_exit_after, process, readers)
     SparkContext(conf=conf, gateway=gateway)
+
+
+def _exit_after(process: subprocess.Popen[bytes], readers: list[_Forwarder]) -> None:
+    """At this process's exit: end the JVM's input, then let the forwarders copy the rest of
+    its output (they end when the JVM and its workers have exited)."""
+    if process.stdin is not None:
+        with contextlib.suppress(OSError):
+            process.stdin.close()
+    deadline = time.monotonic() + EXIT_DRAIN_S
+    for reader in readers:
+        reader.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
 def _is_connect(settings: list[tuple[str, str]]) -> bool:
@@ -113,6 +139,9 @@ class _Forwarder:
 
     def writer_started(self) -> None:
         os.close(self.write_end)
+
+    def join(self, *, timeout: float) -> None:
+        self._thread.join(timeout)
 
     def _run(self, lines: BinaryIO) -> None:
         after_noise = False
