@@ -48,8 +48,8 @@ def main() -> None:
     parser.add_argument(
         "--shop-seconds",
         type=_positive_seconds,
-        default=40.0,
-        help="how long the shop runs in real time in the CDC section (default 40)",
+        default=20.0,
+        help="how long the shop runs in real time in the CDC section (default 20)",
     )
     args = parser.parse_args()
     run(args.data_dir, count=args.events, shop_seconds=args.shop_seconds)

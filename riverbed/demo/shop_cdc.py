@@ -225,7 +225,7 @@ def run(spark: SparkSession, cluster: PostgresCluster, bootstrap: str, *, second
                 done = len(tail.clicks) >= summary.per_topic["clicks"]
                 if done and _totals(tail.sales) == expected:
                     break
-                time.sleep(0.5)
+                time.sleep(0.1)
             for query in queries:
                 stop_between_batches(query)
         if errors:
