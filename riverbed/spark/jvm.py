@@ -25,10 +25,13 @@ it hands ``launch_gateway`` pipes for the JVM's stdout and stderr, read by two t
 copy every line to this process's stdout and stderr except the two kinds of lines log4j's
 configuration cannot reach (:func:`is_noise`). All else gets through as before: Spark's WARN
 and ERROR lines, a Python worker's traceback, the executors' librdkafka warnings. When this
-process exits, the JVM goes first (its standard input closes, which is how PySpark's JVM
-knows to exit), and the threads copy what it still had to say, for up to
-:data:`EXIT_DRAIN_S`: without that wait, the end of a worker's traceback written while a
-query stopped was lost with the threads.
+process exits, it first waits until the JVM's output has been quiet for
+:data:`EXIT_QUIET_S` (:data:`EXIT_DRAIN_S` at most), so that the threads copy what was
+still on its way: without that wait, the end of a worker's traceback written while a query
+stopped was lost with them (measured: only its first line got out). The JVM is left to end
+as PySpark's always does, when this process is gone; ending it first, from an exit handler,
+made PySpark's accumulator server print an EOFError traceback of its own when a session
+had not been stopped.
 
 PySpark starts one JVM per process and keeps it after ``SparkSession.stop()`` for the
 process's later sessions (``SparkContext._gateway``), so only a process's first session
@@ -40,10 +43,8 @@ before riverbed could (another ``SparkContext`` first), one that runs the proces
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import re
-import subprocess
 import threading
 import time
 from collections.abc import Mapping
@@ -53,7 +54,14 @@ from typing import BinaryIO
 from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 
-__all__ = ["DRIVER_JAVA_OPTIONS", "EXIT_DRAIN_S", "LOG4J2_CONFIG", "is_noise", "start_jvm"]
+__all__ = [
+    "DRIVER_JAVA_OPTIONS",
+    "EXIT_DRAIN_S",
+    "EXIT_QUIET_S",
+    "LOG4J2_CONFIG",
+    "is_noise",
+    "start_jvm",
+]
 
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 """The driver's log4j2 configuration (its comments say why each line is there)."""
@@ -62,9 +70,11 @@ DRIVER_JAVA_OPTIONS = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()}"
 """``spark.driver.extraJavaOptions`` of a riverbed session: a ``file:`` URI, which needs no
 quoting in spark-submit's option string whatever the path holds."""
 
-EXIT_DRAIN_S = 5.0
-"""How long this process's exit waits for the JVM to exit and its last lines to be copied.
-The JVM of a stopped session exits in well under a second once its input ends."""
+EXIT_QUIET_S = 0.2
+"""How long the JVM's output must have been quiet for this process to exit: the lines of one
+traceback arrive within milliseconds of each other."""
+EXIT_DRAIN_S = 2.0
+"""How long this process's exit waits for that quiet at most."""
 
 _NOISE = re.compile(
     rb"WARNING: Using incubator modules: "
@@ -93,21 +103,15 @@ def start_jvm(conf: SparkConf) -> None:
     finally:
         for reader in readers:
             reader.writer_started()  # the JVM holds its own copies of the write ends
-    process: subprocess.Popen[bytes] | None = gateway.proc
-    if process is not None:
-        atexit.register(_exit_after, process, readers)
+    atexit.register(_wait_for_quiet, readers)
     SparkContext(conf=conf, gateway=gateway)
 
 
-def _exit_after(process: subprocess.Popen[bytes], readers: list[_Forwarder]) -> None:
-    """At this process's exit: end the JVM's input, then let the forwarders copy the rest of
-    its output (they end when the JVM and its workers have exited)."""
-    if process.stdin is not None:
-        with contextlib.suppress(OSError):
-            process.stdin.close()
+def _wait_for_quiet(readers: list[_Forwarder]) -> None:
+    """At this process's exit: let the forwarders copy what the JVM is still writing."""
     deadline = time.monotonic() + EXIT_DRAIN_S
-    for reader in readers:
-        reader.join(timeout=max(0.0, deadline - time.monotonic()))
+    while time.monotonic() < deadline and any(r.active_within(EXIT_QUIET_S) for r in readers):
+        time.sleep(0.02)
 
 
 def _is_connect(settings: list[tuple[str, str]]) -> bool:
@@ -131,6 +135,7 @@ class _Forwarder:
     def __init__(self, *, target: int) -> None:
         read_end, self.write_end = os.pipe()
         self._target = target
+        self._last_line_at = time.monotonic()
         self._thread = threading.Thread(
             target=self._run, args=(os.fdopen(read_end, "rb"),), daemon=True,
             name=f"spark-jvm-output-{target}",
@@ -140,13 +145,15 @@ class _Forwarder:
     def writer_started(self) -> None:
         os.close(self.write_end)
 
-    def join(self, *, timeout: float) -> None:
-        self._thread.join(timeout)
+    def active_within(self, seconds: float) -> bool:
+        """Whether a line came in the last ``seconds``."""
+        return time.monotonic() - self._last_line_at < seconds
 
     def _run(self, lines: BinaryIO) -> None:
         after_noise = False
         with lines:
             for line in lines:
+                self._last_line_at = time.monotonic()
                 # The driver worker's print(f"...\n") ends each of its lines with an empty one.
                 dropped = is_noise(line) or (after_noise and not line.strip())
                 after_noise = is_noise(line)
