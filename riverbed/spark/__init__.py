@@ -45,7 +45,7 @@ from riverbed.spark.errors import (
     SourceOptionError,
     WorkerSetupError,
 )
-from riverbed.spark.jvm import DRIVER_JAVA_OPTIONS, start_jvm
+from riverbed.spark.jvm import log4j_settings, start_jvm
 from riverbed.spark.workers import check_workers
 
 __all__ = [
@@ -120,7 +120,7 @@ def session(
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.ui.showConsoleProgress": "false",
         "spark.ui.enabled": "false",
-        "spark.driver.extraJavaOptions": DRIVER_JAVA_OPTIONS,
+        **log4j_settings(),
         **(config or {}),
     }
     conf = SparkConf().setAppName(app_name)

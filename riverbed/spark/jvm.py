@@ -60,6 +60,7 @@ __all__ = [
     "EXIT_QUIET_S",
     "LOG4J2_CONFIG",
     "is_noise",
+    "log4j_settings",
     "start_jvm",
 ]
 
@@ -69,6 +70,16 @@ LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 DRIVER_JAVA_OPTIONS = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()}"
 """``spark.driver.extraJavaOptions`` of a riverbed session: a ``file:`` URI, which needs no
 quoting in spark-submit's option string whatever the path holds."""
+
+
+def log4j_settings() -> dict[str, str]:
+    """The session setting that gives the driver :data:`LOG4J2_CONFIG`, or none if the file
+    is missing (an installation without riverbed's package data): log4j would then complain
+    about a configuration it cannot find, on top of Spark's default profile."""
+    if not LOG4J2_CONFIG.is_file():
+        return {}
+    return {"spark.driver.extraJavaOptions": DRIVER_JAVA_OPTIONS}
+
 
 EXIT_QUIET_S = 0.2
 """How long the JVM's output must have been quiet for this process to exit: the lines of one
@@ -144,6 +155,10 @@ class _Forwarder:
 
     def writer_started(self) -> None:
         os.close(self.write_end)
+
+    def join(self, timeout_s: float) -> None:
+        """Wait until every writer has closed the pipe and its lines are copied."""
+        self._thread.join(timeout_s)
 
     def active_within(self, seconds: float) -> bool:
         """Whether a line came in the last ``seconds``."""
