@@ -1,4 +1,5 @@
-"""``make demo`` end to end, at a small scale: every check it prints holds."""
+"""``make demo`` end to end, at a small scale: every check it prints holds, and it prints
+nothing of the libraries it runs on."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.cli import library_noise
 
 
 @pytest.mark.timeout(600)
@@ -30,6 +33,10 @@ def test_the_demo_runs_and_every_check_it_prints_holds(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
+    # Only riverbed's own lines: no JVM, log4j, PySpark worker or librdkafka noise.
+    assert library_noise(out + done.stderr) == []
+    assert done.stderr == ""
+    assert out.count("(section took ") == 10  # each section but "try it yourself" times itself
     assert "every user's events in order: True" in out
     assert "together 5,000 of 5,000 events, each read once: True" in out
     assert "read_committed reader: 6,000 records (each click once: True)" in out

@@ -44,8 +44,9 @@ from riverbed.cdc.errors import CaptureError
 __all__ = ["STATE_TOPIC", "Publisher", "murmur2_partition"]
 
 _LOG = logging.getLogger("riverbed.cdc.librdkafka")
-_LOG.addHandler(logging.NullHandler())
-_LOG.propagate = False
+"""librdkafka's log of the publisher's clients: Python shows its warnings and errors and,
+unless logging is configured otherwise, drops the rest. The errors the capture acts on come
+through ``error_cb`` and delivery reports, not through this log."""
 
 STATE_TOPIC = "riverbed-cdc-offsets"
 """Where the capture records, per slot, that its initial snapshot is complete (compacted,

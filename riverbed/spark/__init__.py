@@ -18,6 +18,8 @@ changing one word. Its parts:
   Kafka sink, which is at-least-once);
 - :mod:`riverbed.spark.workers`: the check :func:`register` runs first, that Spark's Python
   workers can import riverbed (:class:`WorkerSetupError` says what to set if not);
+- :mod:`riverbed.spark.jvm`: how :func:`session` starts Spark's JVM without its start-up
+  noise (``log4j2.properties`` beside it is the driver's log4j configuration);
 - :mod:`riverbed.spark.errors`: the one exception hierarchy, rooted at
   :class:`RiverbedSparkError`.
 """
@@ -28,6 +30,7 @@ import os
 import sys
 from collections.abc import Mapping
 
+from pyspark import SparkConf
 from pyspark.sql import SparkSession
 
 from riverbed.spark.datasource import SOURCE_NAME, RiverbedDataSource
@@ -42,6 +45,7 @@ from riverbed.spark.errors import (
     SourceOptionError,
     WorkerSetupError,
 )
+from riverbed.spark.jvm import log4j_settings, start_jvm
 from riverbed.spark.workers import check_workers
 
 __all__ = [
@@ -95,7 +99,11 @@ def session(
       riverbed in it) unless ``PYSPARK_PYTHON`` says otherwise; Spark's own default is
       ``python3`` on the PATH, which cannot import riverbed; a local master binds to
       127.0.0.1 unless ``SPARK_LOCAL_IP`` says otherwise;
-    - Arrow for pandas conversions, and the log level ``log_level``.
+    - Arrow for pandas conversions, and the log level ``log_level``;
+    - no start-up noise: the driver's log4j configuration is riverbed's
+      (``spark.driver.extraJavaOptions``, :mod:`riverbed.spark.jvm`), and the JVM's output
+      reaches stdout and stderr without the lines that configuration cannot keep out
+      (the JVM's incubator-module warning, transformWithState's worker announcements).
 
     ``config`` entries override these. Against a cluster, pass ``master`` (e.g.
     ``spark://host:7077``) or use ``spark-submit``; nothing else changes.
@@ -112,16 +120,17 @@ def session(
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.ui.showConsoleProgress": "false",
         "spark.ui.enabled": "false",
+        **log4j_settings(),
         **(config or {}),
     }
-    builder = SparkSession.builder.appName(app_name)
+    conf = SparkConf().setAppName(app_name)
     if master is not None:
-        builder = builder.master(master)
+        conf.setMaster(master)
     elif "PYSPARK_SUBMIT_ARGS" not in os.environ:
-        builder = builder.master(f"local[{cores}]")
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+        conf.setMaster(f"local[{cores}]")
+    conf.setAll(list(settings.items()))
+    start_jvm(conf)
+    spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
     register(spark)
     return spark

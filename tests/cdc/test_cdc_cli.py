@@ -1,4 +1,5 @@
-"""``riverbed cdc``'s clear errors: each user mistake one line on stderr, no traceback."""
+"""``riverbed cdc``'s clear errors: each user mistake one line on stderr, no traceback; and
+a capture at work prints riverbed's lines only."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import pytest
 
 from riverbed.testing.postgres import PostgresCluster, database, sql
 from tests.support.brokers import BrokerProcess
-from tests.support.capture import Capture, read_topic, run_capture
+from tests.support.capture import Capture, fold, read_topic, run_capture, wait_for_changes
+from tests.support.cli import library_noise
 
 
 def _fails(tmp_path: Path, *args: str, code: int = 1) -> str:
@@ -120,3 +122,28 @@ def test_status_of_an_unknown_slot(tmp_path: Path, dsn: str) -> None:
     assert "riverbed cdc: no logical replication slot 'nope'" in stderr
     result = run_capture(tmp_path, "status", "--dsn", dsn)
     assert result.returncode == 0 and result.stdout.split()[:3] == ["SLOT", "DATABASE", "ACTIVE"]
+
+
+def test_a_capture_prints_riverbed_lines_only(
+    tmp_path: Path, dsn: str, broker_process: BrokerProcess
+) -> None:
+    """A capture that does real work (a snapshot, changes streamed, a clean stop): its stderr
+    holds riverbed's lines only, none of librdkafka's (its clients log to riverbed.cdc's
+    logger, which shows warnings and errors only)."""
+    bootstrap = broker_process.bootstrap
+    sql(dsn).cursor().execute("INSERT INTO users VALUES ('u1', 'Ann'), ('u2', 'Bob')")
+    capture = Capture.start(tmp_path, *_run_args(dsn, bootstrap, "users")[1:])
+    capture.wait_for("streaming from slot")
+    sql(dsn).cursor().execute(
+        "UPDATE users SET name = 'Annie' WHERE user_id = 'u1'; "
+        "DELETE FROM users WHERE user_id = 'u2'"
+    )
+    # 2 snapshot rows, the update, the delete and its tombstone
+    wait_for_changes(bootstrap, "shop.public.users", lambda changes: len(changes) >= 5)
+    assert capture.stop() == 0, capture.log()
+    assert fold(read_topic(bootstrap, "shop.public.users")) == {
+        '{"user_id": "u1"}': {"user_id": "u1", "name": "Annie"}
+    }
+    log = capture.log()
+    assert library_noise(log) == []
+    assert [line for line in log.splitlines() if not line.startswith("riverbed cdc: ")] == []

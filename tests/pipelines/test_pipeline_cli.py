@@ -1,12 +1,21 @@
-"""``riverbed pipeline``: list, and clear errors before Spark starts."""
+"""``riverbed pipeline``: list, clear errors before Spark starts, riverbed's lines only while
+a pipeline runs, and a failing query's error on stderr."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from riverbed.testing.references import page_views_per_minute
 from tests.support.brokers import BrokerProcess
+from tests.support.cli import library_noise
+from tests.support.events import BASE, page_views
+from tests.support.pipelines import PipelineProcess
+from tests.support.topics import changelog, keyed, produce_events, read_json
 
 
 def _riverbed(*args: str) -> subprocess.CompletedProcess[str]:
@@ -58,3 +67,51 @@ def test_an_unreachable_broker(tmp_path: Path) -> None:
 def test_a_bad_trigger_interval() -> None:
     result = _riverbed("run", "user_sessions", "--trigger-ms", "0")
     assert result.returncode == 2 and "must be at least 1" in result.stderr
+
+
+def _closed_windows(bootstrap: str, timeout_s: float = 60) -> dict[str, dict[str, object]]:
+    deadline = time.monotonic() + timeout_s
+    while not (windows := changelog(read_json(bootstrap, "page_views_per_minute"))):
+        assert time.monotonic() < deadline, "no window closed"
+        time.sleep(0.5)
+    return windows
+
+
+def test_a_run_prints_riverbed_lines_only(broker_process: BrokerProcess, tmp_path: Path) -> None:
+    """A run that does real work (Spark's first start in the process; stateful windows,
+    whose transformWithState driver worker announces itself; the sink's admin clients) and
+    stops: its stderr holds none of the JVM's, log4j's, PySpark's or librdkafka's lines."""
+    bootstrap = broker_process.bootstrap
+    events = page_views(7, users=20, start=BASE, hours=1, prefix="q")
+    produce_events(bootstrap, "page_views", events)
+    pipeline = PipelineProcess.start(tmp_path, "page_views_per_minute", bootstrap, tmp_path / "ck")
+    pipeline.wait_caught_up()
+    windows = _closed_windows(bootstrap)
+    assert pipeline.stop() == 0, pipeline.log()
+    expected = keyed(page_views_per_minute(events), "window_start", "page")
+    assert all(expected[key] == window for key, window in windows.items())
+    log = pipeline.log()
+    assert library_noise(log) == []
+    assert [line for line in log.splitlines() if not line.startswith("riverbed pipeline: ")] == []
+    assert log.endswith("riverbed pipeline: page_views_per_minute stopped\n")
+
+
+def test_a_failing_query_reaches_the_user(broker_process: BrokerProcess, tmp_path: Path) -> None:
+    """The input topic deleted under a running pipeline: the query fails on the data loss,
+    and both Spark's error and riverbed's one line about it reach stderr (nothing useful is
+    filtered out with the noise)."""
+    bootstrap = broker_process.bootstrap
+    produce_events(
+        bootstrap, "page_views", page_views(8, users=5, start=BASE, hours=0.2, prefix="f")
+    )
+    pipeline = PipelineProcess.start(tmp_path, "page_views_per_minute", bootstrap, tmp_path / "ck")
+    pipeline.wait_caught_up()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics(["page_views"])["page_views"].result(30)
+    admin.create_topics([NewTopic("page_views", num_partitions=1)])["page_views"].result(30)
+    assert pipeline.process.wait(timeout=120) == 1
+    log = pipeline.log()
+    assert "ERROR MicroBatchExecution: Query page_views_per_minute" in log  # Spark's own
+    assert "riverbed pipeline: page_views_per_minute failed: " in log
+    assert "DataLossError" in log
+    assert library_noise(log) == []

@@ -111,3 +111,20 @@ def create(riverbed: Run, topic: str, partitions: int = 1) -> None:
 def consume_all(riverbed: Run, topic: str, *args: str) -> str:
     """``riverbed consume`` of the whole topic, to its end."""
     return ok(riverbed("consume", "--topic", topic, "--from-beginning", "--exit-at-end", *args))
+
+
+LIBRARY_NOISE = (
+    "WARNING: Using incubator modules",  # the JVM, for Spark 4's jdk.incubator.vector
+    "Using Spark's default log4j profile",  # log4j with Spark's default profile
+    "Setting default log level to",
+    "To adjust logging level use sc.setLogLevel",
+    "NativeCodeLoader",  # Hadoop without its native library
+    "TransformWithStateInPandas Python worker",  # PySpark's transformWithState driver worker
+    "rdkafka#",  # any librdkafka log line, e.g. "...|BGQUEUE|rdkafka#producer-22| ... Purging"
+)
+"""Lines the libraries under riverbed print and a riverbed user has no use for."""
+
+
+def library_noise(output: str) -> list[str]:
+    """The lines of ``output`` that hold any of :data:`LIBRARY_NOISE`."""
+    return [line for line in output.splitlines() if any(n in line for n in LIBRARY_NOISE)]

@@ -46,9 +46,11 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import (
@@ -77,6 +79,11 @@ PROGRESS_PARTITION = 0
 """The partition of the first row's topic that carries the task's progress (every topic has
 a partition 0)."""
 ID_PREFIX = "riverbed-sink"
+
+LIBRDKAFKA_LOG = logging.getLogger("riverbed.spark.librdkafka")
+"""librdkafka's log of a write task's clients (the source's too): Python shows its warnings
+and errors in the worker's stderr, which Spark copies to the driver's, and drops the rest,
+e.g. "Purging 1 unserved events from background queue" at each admin client's end."""
 
 
 def sink_id(job: str, partition: int) -> str:
@@ -150,7 +157,8 @@ def _non_empty(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 
 def committed_progress(plan: SinkPlan, group: str) -> Progress | None:
     """The group's committed progress (its highest offset), or None if it has none."""
-    admin = AdminClient(plan.client_settings())
+    settings: dict[str, Any] = {**plan.client_settings(), "logger": LIBRDKAFKA_LOG}
+    admin = AdminClient(settings)
     request = [ConsumerGroupTopicPartitions(group)]
     future = admin.list_consumer_group_offsets(
         request, require_stable=True, request_timeout=CLIENT_TIMEOUT_S
@@ -172,7 +180,7 @@ def _group_metadata(plan: SinkPlan, group: str) -> object:
     """``ConsumerGroupMetadata`` of ``group`` for send_offsets_to_transaction: a consumer
     that never subscribes has generation -1, which the broker accepts for a group with no
     members (as Kafka does)."""
-    consumer = Consumer({**plan.client_settings(), "group.id": group})
+    consumer = Consumer({**plan.client_settings(), "group.id": group, "logger": LIBRDKAFKA_LOG})
     try:
         return consumer.consumer_group_metadata()
     finally:
@@ -233,6 +241,7 @@ def write_task(plan: SinkPlan, batches: Iterable[pa.RecordBatch], task: WriteTas
             "transactional.id": task.transactional_id,
             "delivery.report.only.error": True,
             "on_delivery": errors,
+            "logger": LIBRDKAFKA_LOG,
         }
     )
     try:

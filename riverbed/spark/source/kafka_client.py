@@ -17,6 +17,7 @@ apart, as Spark's Kafka source does; then :class:`~riverbed.spark.errors.SourceE
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
@@ -36,9 +37,22 @@ from riverbed.spark.source.options import (
     TimestampStrategy,
 )
 
-__all__ = ["METADATA_MAX_AGE_S", "OffsetClient", "admin_config", "consumer_config"]
+__all__ = [
+    "LIBRDKAFKA_LOG",
+    "METADATA_MAX_AGE_S",
+    "OffsetClient",
+    "admin_config",
+    "consumer_config",
+]
 
 T = TypeVar("T")
+
+LIBRDKAFKA_LOG = logging.getLogger("riverbed.spark.librdkafka")
+"""librdkafka's log of the source's clients, on the driver and the executors. Python shows
+its warnings and errors (on an executor, in the worker's stderr, which Spark copies to the
+driver's) and, unless logging is configured otherwise, drops the rest: without a logger,
+librdkafka prints every line itself, "Purging 1 unserved events from background queue" at
+each admin client's end among them."""
 
 METADATA_MAX_AGE_S = 1.0
 """How old the cached partition list may be. Spark asks for the latest offsets about every
@@ -128,8 +142,9 @@ class OffsetClient:
         self._options = options
         self._clock = clock
         self._sleep = sleep
+        settings: dict[str, Any] = {**admin_config(options.client_config), "logger": LIBRDKAFKA_LOG}
         try:
-            self._admin = AdminClient(admin_config(options.client_config))
+            self._admin = AdminClient(settings)
         except KafkaException as e:
             raise SourceOptionError(
                 f"a 'kafka.*' option was refused by the client: {_kafka_error(e)}"

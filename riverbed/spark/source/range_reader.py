@@ -29,6 +29,7 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from riverbed.spark.errors import DataLossError, SourceError
+from riverbed.spark.source.kafka_client import LIBRDKAFKA_LOG
 from riverbed.spark.source.offsets import OffsetRange
 from riverbed.spark.source.schema import arrow_schema
 
@@ -208,7 +209,7 @@ def read_range(offset_range: OffsetRange, config: ReadConfig) -> Iterator[pa.Rec
     if position >= end:
         return
     columns = _Columns(topic, partition, include_headers=config.include_headers)
-    consumer = Consumer(config.consumer_config)
+    consumer = Consumer({**config.consumer_config, "logger": LIBRDKAFKA_LOG})
     try:
         consumer.assign([TopicPartition(topic, partition, position)])
         waited_since = time.monotonic()

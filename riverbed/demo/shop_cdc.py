@@ -1,4 +1,4 @@
-"""The CDC part of ``make demo``: the shop's PostgreSQL, followed through its log.
+"""The demo's CDC section: the shop's PostgreSQL, followed through its log.
 
 1. A private PostgreSQL cluster (:mod:`riverbed.testing.postgres`, ``wal_level=logical``) gets
    the shop's tables; ``riverbed cdc`` (log-based capture) starts on ``users``, ``products``
@@ -24,7 +24,6 @@ beginning.
 from __future__ import annotations
 
 import json
-import logging
 import tempfile
 import threading
 import time
@@ -33,21 +32,18 @@ from typing import Any
 
 import psycopg2
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient
+from pyspark.sql import SparkSession
 
-import riverbed.spark
 from riverbed.cdc.capture import LogCaptureConfig, run_log_capture
-from riverbed.demo_pipelines import start
-from riverbed.pipelines.runner import ensure_outputs
+from riverbed.demo.console import kafka_config, tail_consumer
+from riverbed.demo.shop_pipelines import start
+from riverbed.pipelines.runner import ensure_outputs, stop_between_batches
 from riverbed.pipelines.shop import PIPELINES
 from riverbed.testing.postgres import PostgresCluster
 from riverbed.workloads.database import ShopDatabase
 from riverbed.workloads.playback import PlaybackConfig, run_shop
 from riverbed.workloads.shop import ShopConfig
-
-_QUIET = logging.getLogger("riverbed.demo.librdkafka")
-_QUIET.addHandler(logging.NullHandler())
-_QUIET.propagate = False
 
 TABLES = ("public.users", "public.products", "public.orders")
 SALES_SQL = """
@@ -70,16 +66,8 @@ class _Tail(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": "demo-cdc-tail",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "logger": _QUIET,
-            }
-        )
-        consumer.assign([TopicPartition(t, 0, 0) for t in ("category_sales", "enriched_clicks")])
+        outputs = ("category_sales", "enriched_clicks")
+        consumer = tail_consumer(self.bootstrap, outputs, group="demo-cdc-tail")
         shown = time.monotonic()
         try:
             while not self.stop.is_set():
@@ -95,10 +83,11 @@ class _Tail(threading.Thread):
                         flush=True,
                     )
                 for message in consumer.consume(num_messages=1000, timeout=0.2):
-                    if message.error() is not None:
+                    raw_key, raw_value = message.key(), message.value()
+                    if message.error() is not None or raw_key is None:
                         continue
-                    key = json.loads(message.key())
-                    value = None if message.value() is None else json.loads(message.value())
+                    key = json.loads(raw_key)
+                    value = None if raw_value is None else json.loads(raw_value)
                     if message.topic() == "category_sales":
                         if value is None:
                             self.sales.pop(key["category"], None)
@@ -112,7 +101,7 @@ class _Tail(threading.Thread):
 
 
 def _wait_for_topics(bootstrap: str, topics: list[str], timeout_s: float) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _QUIET})
+    admin = AdminClient(kafka_config(bootstrap))
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if set(topics) <= set(admin.list_topics(timeout=10).topics):
@@ -122,7 +111,7 @@ def _wait_for_topics(bootstrap: str, topics: list[str], timeout_s: float) -> Non
 
 
 def _end_offsets(bootstrap: str, topic: str) -> dict[str, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "demo-ends", "logger": _QUIET})
+    consumer = Consumer(kafka_config(bootstrap, {"group.id": "demo-ends"}))
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         return {
@@ -157,13 +146,13 @@ def _totals(sales: dict[str, dict[str, Any]]) -> dict[str, tuple[int, int, int]]
     return {c: (v["orders"], v["units"], v["revenue_cents"]) for c, v in sales.items()}
 
 
-def run(bootstrap: str, *, seconds: float) -> None:
-    cluster = PostgresCluster.start()
+def run(spark: SparkSession, cluster: PostgresCluster, bootstrap: str, *, seconds: float) -> None:
+    """Capture the shop's tables from ``cluster``, run the shop for ``seconds`` of real
+    time with both pipelines on ``spark``, then check them (module docstring)."""
     print(f"PostgreSQL {cluster.dsn} (wal_level=logical), a private cluster for the demo")
     stop = threading.Event()
     errors: list[BaseException] = []
     tail = _Tail(bootstrap)
-    spark = None
     capturing: threading.Thread | None = None
     try:
         database = ShopDatabase.connect(cluster.dsn, timeout_s=10)
@@ -192,7 +181,6 @@ def run(bootstrap: str, *, seconds: float) -> None:
         for name in ("enriched_clicks", "category_sales"):
             ensure_outputs(PIPELINES[name], bootstrap, 10.0)
         clicks_end = _end_offsets(bootstrap, "clicks")
-        spark = riverbed.spark.session("riverbed-demo-cdc", master="local[2]", log_level="ERROR")
         tail.start()
         queries = []
         with tempfile.TemporaryDirectory() as checkpoints:
@@ -237,9 +225,9 @@ def run(bootstrap: str, *, seconds: float) -> None:
                 done = len(tail.clicks) >= summary.per_topic["clicks"]
                 if done and _totals(tail.sales) == expected:
                     break
-                time.sleep(0.5)
+                time.sleep(0.1)
             for query in queries:
-                query.stop()
+                stop_between_batches(query)
         if errors:
             raise SystemExit(f"demo: the capture failed: {errors[0]}")
         _print_sales(tail.sales, "(read from the topic)")
@@ -259,6 +247,3 @@ def run(bootstrap: str, *, seconds: float) -> None:
         tail.stop.set()
         if capturing is not None:
             capturing.join(30)
-        if spark is not None:
-            spark.stop()
-        cluster.stop()

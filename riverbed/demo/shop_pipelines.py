@@ -1,9 +1,10 @@
-"""The pipeline part of ``make demo``: the shop workload through ``page_views_per_minute``
-and ``fraud_alerts``.
+"""The demo's pipeline section: the shop workload through ``page_views_per_minute`` and
+``fraud_alerts``.
 
 The shop workload (:mod:`riverbed.workloads.shop`) produces page views, searches, clicks and
-payments, out of order and with some very late stragglers, while the
-``page_views_per_minute`` and ``fraud_alerts`` pipelines run (a one-second trigger). Window
+payments, out of order and with some very late stragglers, in rounds of
+:data:`ROUND_EVENTS` events while the ``page_views_per_minute`` and ``fraud_alerts``
+pipelines run (a :data:`TRIGGER` trigger). Window
 results are printed as they arrive, one line per window: pages, views, and the late page
 views sent aside; fraud alerts are printed as they fire (when the watermark has passed the
 approved payment, so that the declines before it are known in event-time order). When the
@@ -17,7 +18,6 @@ late to be put in order (those went to ``fraud_alerts_late``).
 from __future__ import annotations
 
 import json
-import logging
 import tempfile
 import threading
 import time
@@ -26,22 +26,28 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-import riverbed.spark
-from riverbed.pipelines.runner import ensure_outputs
+from riverbed.demo.console import kafka_config, tail_consumer
+from riverbed.pipelines.runner import ensure_outputs, stop_between_batches
 from riverbed.pipelines.shop import PIPELINES
 from riverbed.workloads.shop import ShopConfig, events
 
 PIPELINE = "page_views_per_minute"
 FRAUD = "fraud_alerts"
 FRAUD_WINDOW_MS = 10 * 60_000
-_QUIET = logging.getLogger("riverbed.demo.librdkafka")  # librdkafka's lines would interleave
-_QUIET.addHandler(logging.NullHandler())
-_QUIET.propagate = False
 MINUTE_MS = 60_000
+ROUND_EVENTS = 5_000
+"""Events produced before both queries are let catch up: a stream rather than a bulk load,
+so that windows close a few at a time (5,000 shop events are about 3 minutes of event time).
+A round costs a micro-batch and the no-data batch that moves the watermark, 1-2 s each on 2
+cores whatever the round's size; rounds of 2,000 events made the section 67 s long, of
+5,000 about 30 s (30,000 events, measured)."""
+TRIGGER = "200 milliseconds"
+"""The queries' trigger. Each round waits for the next trigger before its batch: at
+``riverbed pipeline run``'s 1 s, 0.5 s on average and about 1 s more per round (measured)."""
 
 
 class _Tail(threading.Thread):
@@ -57,25 +63,17 @@ class _Tail(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": "demo-pipeline-tail",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "logger": _QUIET,
-            }
-        )
         outputs = [*PIPELINES[PIPELINE].outputs, *PIPELINES[FRAUD].outputs]
-        consumer.assign([TopicPartition(t, 0, 0) for t in outputs])
+        consumer = tail_consumer(self.bootstrap, outputs, group="demo-pipeline-tail")
         pending: dict[int, list[int]] = defaultdict(list)  # window start -> views per page
         updated: dict[int, float] = {}
         try:
             while not self.stop.is_set():
                 for message in consumer.consume(num_messages=1000, timeout=0.2):
-                    if message.error() is not None or message.value() is None:
+                    raw = message.value()
+                    if message.error() is not None or raw is None:
                         continue
-                    value = json.loads(message.value())
+                    value = json.loads(raw)
                     if message.topic() == FRAUD:
                         self._alert(value)
                     elif message.topic() == "fraud_alerts_late":
@@ -117,13 +115,15 @@ class _Tail(threading.Thread):
             )
 
 
-def run(bootstrap: str, *, count: int) -> None:
+def run(spark: SparkSession, bootstrap: str, *, count: int) -> None:
+    """Stream ``count`` shop events through both pipelines, printing results as they
+    arrive, then check them (module docstring)."""
     # Stragglers 3+ minutes behind the stream: beyond the 2-minute watermark even in a short run.
     config = ShopConfig(
         seed=7, users=3_000, event_rate=25.0, start_ms=1_767_225_600_000, late_by_ms=180_000
     )
     generated = list(islice(events(config), count))
-    views = [e.value for e in generated if e.topic == "page_views"]
+    views = [e for e in generated if e.topic == "page_views"]
     print(
         f"shop workload: {len(generated):,} events ({len(views):,} page views) over "
         f"{(max(e.ts for e in generated) - min(e.ts for e in generated)) / MINUTE_MS:.0f} minutes "
@@ -132,21 +132,19 @@ def run(bootstrap: str, *, count: int) -> None:
     payments = [e.value for e in generated if e.topic == "payments"]
     for name in (PIPELINE, FRAUD):
         ensure_outputs(PIPELINES[name], bootstrap, 10.0)
-    spark = riverbed.spark.session("riverbed-demo-pipeline", master="local[2]", log_level="ERROR")
     tail = _Tail(bootstrap)
     tail.start()
     try:
         with tempfile.TemporaryDirectory() as checkpoints:
             queries = [
-                start(spark, bootstrap, name, Path(checkpoints)) for name in (PIPELINE, FRAUD)
+                start(spark, bootstrap, name, Path(checkpoints), trigger=TRIGGER)
+                for name in (PIPELINE, FRAUD)
             ]
             print(f"{PIPELINE} and {FRAUD} running; results as they arrive:")
-            producer = Producer(
-                {"bootstrap.servers": bootstrap, "enable.idempotence": True, "logger": _QUIET}
-            )
+            producer = Producer(kafka_config(bootstrap, {"enable.idempotence": True}))
             for i, event in enumerate(generated):
                 producer.produce(event.topic, json.dumps(event.value), key=json.dumps(event.key))
-                if i % 2_000 == 1_999:  # a stream, not a bulk load: windows close one by one
+                if i % ROUND_EVENTS == ROUND_EVENTS - 1:
                     producer.flush()
                     for query in queries:
                         query.processAllAvailable()
@@ -158,21 +156,20 @@ def run(bootstrap: str, *, count: int) -> None:
                 "payments", json.dumps(far_payment), key=json.dumps({"card_id": "demo-far"})
             )
             producer.flush()
-            expected = Counter((v["ts"] - v["ts"] % MINUTE_MS, v["page"]) for v in views)
+            expected = Counter((e.ts - e.ts % MINUTE_MS, e.value["page"]) for e in views)
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
                 counted = sum(tail.windows.values()) + len(tail.late)
                 in_time = [p for p in payments if p["payment_id"] not in tail.late_payments]
                 if counted >= len(views) and set(tail.alerts) == set(fraud_reference(in_time)):
                     break
-                time.sleep(0.5)
+                time.sleep(0.1)
             for query in queries:
-                query.stop()
+                stop_between_batches(query)
             del producer
     finally:
         tail.stop.set()
         tail.join(10)
-        spark.stop()
     late = Counter((v["ts"] - v["ts"] % MINUTE_MS, v["page"]) for v in tail.late.values())
     total = Counter(tail.windows) + late
     print(
@@ -195,9 +192,10 @@ def start(
     checkpoints: Path,
     *,
     starting_offsets: str = "earliest",
+    trigger: str = "1 second",
 ) -> StreamingQuery:
-    """Pipeline ``name`` as ``riverbed pipeline run`` runs it, with a 1 s trigger and its
-    checkpoint in ``checkpoints / name``."""
+    """Pipeline ``name`` as ``riverbed pipeline run`` runs it (by default with its 1 s
+    trigger), with its checkpoint in ``checkpoints / name``."""
     pipeline = PIPELINES[name]
     source = (
         spark.readStream.format("riverbed")
@@ -212,7 +210,7 @@ def start(
         .option("kafka.bootstrap.servers", bootstrap)
         .option("checkpointLocation", str(checkpoints / name))
         .outputMode("append")
-        .trigger(processingTime="1 second")
+        .trigger(processingTime=trigger)
         .queryName(name)
         .start()
     )
