@@ -26,7 +26,6 @@ client of the demo its logger for librdkafka's lines. Every check the demo print
 ``True`` when all is well (``tests/test_demo.py`` runs it at a small scale).
 """
 
-from riverbed.demo.exactly_once import count_records
 from riverbed.demo.tour import run
 
-__all__ = ["count_records", "run"]
+__all__ = ["run"]

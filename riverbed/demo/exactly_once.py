@@ -16,43 +16,13 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from riverbed.demo.clickstream import PARTITIONS, TOPIC
 from riverbed.demo.console import kafka_config
+from riverbed.testing.topics import READ_COMMITTED, READ_UNCOMMITTED, count_to_end
 
-__all__ = ["EOS_GROUP", "EOS_TOPIC", "copy_exactly_once", "count_records"]
+__all__ = ["EOS_GROUP", "EOS_TOPIC", "copy_exactly_once"]
 
 EOS_TOPIC = "click-pages"
 EOS_GROUP = "click-pages-job"
 JUNK_RECORDS = 100
-
-
-def count_records(
-    bootstrap: str, topic: str, *, partitions: int, isolation: str, timeout_s: float = 60
-) -> int:
-    """Records of ``topic`` a consumer with this isolation level reads from the start to
-    the end of each partition (also used by ``benchmarks/txn_throughput.py``)."""
-    consumer = Consumer(
-        kafka_config(
-            bootstrap,
-            {
-                "group.id": "demo-count",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "isolation.level": isolation,
-                "fetch.queue.backoff.ms": 10,
-            },
-        )
-    )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    seen, eof = 0, set[int | None]()
-    deadline = time.monotonic() + timeout_s
-    while len(eof) < partitions and time.monotonic() < deadline:
-        for message in consumer.consume(num_messages=10_000, timeout=0.2):
-            error = message.error()
-            if error is None:
-                seen += 1
-            elif error.code() == KafkaError._PARTITION_EOF:
-                eof.add(message.partition())
-    consumer.close()
-    return seen
 
 
 def copy_exactly_once(bootstrap: str, *, total: int) -> None:
@@ -112,11 +82,9 @@ def copy_exactly_once(bootstrap: str, *, total: int) -> None:
         f"{copied:,} clicks copied in {transactions} transactions in {elapsed:.2f} s, "
         f"then {JUNK_RECORDS} junk records written and aborted"
     )
-    committed = count_records(
-        bootstrap, EOS_TOPIC, partitions=PARTITIONS, isolation="read_committed"
-    )
-    everything = count_records(
-        bootstrap, EOS_TOPIC, partitions=PARTITIONS, isolation="read_uncommitted"
+    committed = count_to_end(bootstrap, EOS_TOPIC, partitions=PARTITIONS, isolation=READ_COMMITTED)
+    everything = count_to_end(
+        bootstrap, EOS_TOPIC, partitions=PARTITIONS, isolation=READ_UNCOMMITTED
     )
     print(f"read_committed reader: {committed:,} records (each click once: {committed == total})")
     print(f"read_uncommitted reader: {everything:,} records (the aborted junk too)")

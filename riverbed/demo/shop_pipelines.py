@@ -33,11 +33,11 @@ from pyspark.sql.streaming.query import StreamingQuery
 from riverbed.demo.console import kafka_config, tail_consumer
 from riverbed.pipelines.runner import ensure_outputs, stop_between_batches
 from riverbed.pipelines.shop import PIPELINES
+from riverbed.testing import references
 from riverbed.workloads.shop import ShopConfig, events
 
 PIPELINE = "page_views_per_minute"
 FRAUD = "fraud_alerts"
-FRAUD_WINDOW_MS = 10 * 60_000
 MINUTE_MS = 60_000
 ROUND_EVENTS = 5_000
 """Events produced before both queries are let catch up: a stream rather than a bulk load,
@@ -217,27 +217,6 @@ def start(
 
 
 def fraud_reference(payments: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """DESIGN.md's rule, by payment_id: an approved payment preceded on its card, since the
-    card's previous approved payment, by 3 or more declines in the 10 minutes before it
-    (event-time order: ts, then payment_id)."""
-    alerts: dict[str, dict[str, Any]] = {}
-    by_card: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for payment in payments:
-        by_card[payment["card_id"]].append(payment)
-    for card, history in by_card.items():
-        declines: list[int] = []
-        for p in sorted(history, key=lambda p: (p["ts"], p["payment_id"])):
-            if p["status"] == "declined":
-                declines.append(p["ts"])
-            elif p["status"] == "approved":
-                counted = [d for d in declines if p["ts"] - d <= FRAUD_WINDOW_MS]
-                if len(counted) >= 3:
-                    alerts[p["payment_id"]] = {
-                        "card_id": card,
-                        "payment_id": p["payment_id"],
-                        "declined_count": len(counted),
-                        "first_declined_ts": min(counted),
-                        "approved_ts": p["ts"],
-                    }
-                declines = []
-    return alerts
+    """DESIGN.md's fraud rule over ``payments`` (:func:`riverbed.testing.references.fraud_alerts`),
+    the alerts by payment_id."""
+    return {alert["payment_id"]: alert for alert in references.fraud_alerts(payments)}

@@ -18,11 +18,10 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from riverbed.demo.console import kafka_config
+from riverbed.testing.topics import read_to_end
 
 __all__ = ["COUNTS_TOPIC", "count_pages"]
 
@@ -31,34 +30,8 @@ COUNTS_TOPIC = "page-counts"
 
 def _read_all(bootstrap: str, topic: str, *, partitions: int) -> list[tuple[bytes, bytes]]:
     """(key, value) of every record of ``topic``, read_committed, to the end."""
-    consumer = Consumer(
-        kafka_config(
-            bootstrap,
-            {
-                "group.id": "demo-spark-check",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "isolation.level": "read_committed",
-            },
-        )
-    )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    records: list[tuple[bytes, bytes]] = []
-    eof: set[int | None] = set()
-    deadline = time.monotonic() + 60
-    try:
-        while len(eof) < partitions and time.monotonic() < deadline:
-            for message in consumer.consume(num_messages=10_000, timeout=0.2):
-                error = message.error()
-                if error is None:
-                    records.append((message.key() or b"", message.value() or b""))
-                elif error.code() == KafkaError._PARTITION_EOF:
-                    eof.add(message.partition())
-                else:
-                    raise SystemExit(f"demo: {error}")
-    finally:
-        consumer.close()
-    return records
+    records = read_to_end(bootstrap, topic, partitions=partitions)
+    return [(record.key or b"", record.value or b"") for record in records]
 
 
 def _python_count(bootstrap: str, topic: str, *, partitions: int) -> Counter[str]:

@@ -14,6 +14,7 @@ raises :class:`TopicReadError`.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
@@ -35,6 +36,10 @@ READ_COMMITTED = "read_committed"
 READ_UNCOMMITTED = "read_uncommitted"
 _BATCH = 10_000  # messages a consume() call may return
 _WAIT_S = 0.1  # consume() waits for all _BATCH messages or this long: keep it short
+
+_LIBRDKAFKA = logging.getLogger("riverbed.testing.librdkafka")
+"""librdkafka's log of the reader's consumers: with no logging configured, Python prints its
+warnings and errors to stderr and drops the rest (INFO lines such as "Purging ...")."""
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -132,6 +137,7 @@ def _read(
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
+            "logger": _LIBRDKAFKA,
             "group.id": "riverbed-testing-reader",  # assign() only: no membership, no commits
             "enable.auto.commit": False,
             "enable.partition.eof": True,
