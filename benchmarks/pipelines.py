@@ -70,7 +70,7 @@ from pyspark.sql import SparkSession
 import riverbed.spark
 from riverbed.pipelines.shop import PIPELINES
 from riverbed.testing.references import page_views_per_minute
-from riverbed.testing.topics import read_to_end
+from riverbed.testing.topic_reader import read_to_end
 
 PIPELINE = PIPELINES["page_views_per_minute"]
 INPUT, OUTPUT, LATE = "page_views", "page_views_per_minute", "late_events"

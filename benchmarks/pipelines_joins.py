@@ -116,7 +116,7 @@ from riverbed.testing.references import (
     profile_as_of,
     search_ctr,
 )
-from riverbed.testing.topics import last_values, read_to_end
+from riverbed.testing.topic_reader import last_values, read_to_end
 from riverbed.workloads.oltp import PRIMARY_KEYS, Operation, OpKind, operations
 from riverbed.workloads.shop import Event, ShopConfig, events
 

@@ -39,7 +39,7 @@ from pyspark.sql.types import StructType
 
 import riverbed.spark
 from riverbed.spark.source.schema import arrow_schema, source_schema
-from riverbed.testing.topics import count_to_end
+from riverbed.testing.topic_reader import count_to_end
 
 PARTITIONS = 4
 CHUNK_ROWS = 50_000

@@ -39,7 +39,7 @@ from _common import (
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from riverbed.testing.topics import count_to_end
+from riverbed.testing.topic_reader import count_to_end
 
 
 def create(bootstrap: str, topic: str) -> None:

@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from riverbed.demo.clickstream import PARTITIONS, TOPIC
 from riverbed.demo.console import kafka_config
-from riverbed.testing.topics import READ_COMMITTED, READ_UNCOMMITTED, count_to_end
+from riverbed.testing.topic_reader import READ_COMMITTED, READ_UNCOMMITTED, count_to_end
 
 __all__ = ["EOS_GROUP", "EOS_TOPIC", "copy_exactly_once"]
 

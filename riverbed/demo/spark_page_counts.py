@@ -21,7 +21,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from riverbed.testing.topics import read_to_end
+from riverbed.testing.topic_reader import read_to_end
 
 __all__ = ["COUNTS_TOPIC", "count_pages"]
 

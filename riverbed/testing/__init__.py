@@ -3,9 +3,9 @@ its benchmarks and ``make demo`` (as ``bytewax.testing`` is Bytewax's).
 
 - :mod:`riverbed.testing.postgres`: a private, throwaway PostgreSQL cluster
   (``wal_level=logical``) on a free port, for CDC, and a database of its own per test.
-- :mod:`riverbed.testing.topics`: reading a topic to its end (records or a count, under an
+- :mod:`riverbed.testing.topic_reader`: reading a topic to its end (records or a count, under an
   isolation level, bounded by a timeout), and the table a changelog describes. Errors:
-  :class:`~riverbed.testing.topics.TopicReadError`.
+  :class:`~riverbed.testing.topic_reader.TopicReadError`.
 - :mod:`riverbed.testing.references`: what each shop pipeline must output, in plain
   Python from DESIGN.md's contract, one reference per pipeline.
 

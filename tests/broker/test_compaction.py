@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from riverbed.broker import Broker
-from riverbed.testing.topics import read_to_end
+from riverbed.testing.topic_reader import read_to_end
 from tests.support.brokers import BrokerProcess, running_broker, start_broker_process
 from tests.support.log_files import table_of
 

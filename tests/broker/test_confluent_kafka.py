@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 
-from riverbed.testing.topics import read_to_end
+from riverbed.testing.topic_reader import read_to_end
 from tests.support.brokers import BrokerProcess
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from riverbed.testing.topics import READ_COMMITTED, READ_UNCOMMITTED, read_to_end
+from riverbed.testing.topic_reader import READ_COMMITTED, READ_UNCOMMITTED, read_to_end
 from tests.support.brokers import BrokerProcess, create_topic, start_broker_process
 from tests.support.transactions import txn_producer, values
 

@@ -13,7 +13,7 @@ with warnings.catch_warnings():  # kafka-python's import uses a deprecated impor
     warnings.simplefilter("ignore")
     from kafka import KafkaConsumer, KafkaProducer
 
-from riverbed.testing.topics import READ_COMMITTED, READ_UNCOMMITTED, read_to_end
+from riverbed.testing.topic_reader import READ_COMMITTED, READ_UNCOMMITTED, read_to_end
 from tests.support.brokers import BrokerProcess, create_topic
 from tests.support.transactions import values
 

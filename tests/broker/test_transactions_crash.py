@@ -16,7 +16,7 @@ from typing import IO
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from riverbed.testing.topics import READ_COMMITTED, read_to_end
+from riverbed.testing.topic_reader import READ_COMMITTED, read_to_end
 from tests.support.brokers import GROUPS_FAST, create_topic, start_broker_process
 from tests.support.transactions import txn_producer, values
 

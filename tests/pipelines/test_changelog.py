@@ -22,7 +22,7 @@ from riverbed.pipelines.operators.changelog import (
     lsn_of,
     parse_change,
 )
-from riverbed.pipelines.operators.rows import json_text
+from riverbed.pipelines.operators.json_rows import json_text
 from tests.support.fake_capture import FakeCapture, Record
 
 MISSING: Any = object()

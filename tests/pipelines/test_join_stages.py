@@ -20,7 +20,7 @@ from riverbed.pipelines.operators.join_stages import (
     LeftRow,
 )
 from riverbed.pipelines.operators.join_stages import route_left as route
-from riverbed.pipelines.operators.rows import Row, json_text
+from riverbed.pipelines.operators.json_rows import Row, json_text
 from riverbed.pipelines.shop.category_sales import CATEGORY_SALES
 from tests.support.fake_capture import FakeCapture, Record
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from riverbed.pipelines.operators.changelog import SourcePosition, parse_change
-from riverbed.pipelines.operators.rows import Row
+from riverbed.pipelines.operators.json_rows import Row
 from riverbed.pipelines.operators.versioned_row import Version, VersionedRow
 from tests.support.fake_capture import FakeCapture
 

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from riverbed.broker import Broker
-from riverbed.testing.topics import TopicRecord
+from riverbed.testing.topic_reader import TopicRecord
 from tests.support.brokers import create_topic
 from tests.support.sink_job import INPUT_SCHEMA, ROWS_PER_FILE, read_output, write_input
 from tests.support.spark_reader import produce

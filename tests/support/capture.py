@@ -17,7 +17,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from riverbed.testing.postgres import sql
-from riverbed.testing.topics import read_to_end
+from riverbed.testing.topic_reader import read_to_end
 from tests.support.cli import ChildProcess, run_riverbed
 
 

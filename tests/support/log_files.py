@@ -16,7 +16,7 @@ from riverbed.log import (
     control_type,
     iter_batches,
 )
-from riverbed.testing.topics import last_values
+from riverbed.testing.topic_reader import last_values
 
 
 class FakeClock:

@@ -40,7 +40,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 import riverbed.spark
 from riverbed.spark.datasource import RiverbedDataSource
 from riverbed.spark.sink.writer import BATCH_ID_PROPERTY, SinkCommitMessage, StreamWriter
-from riverbed.testing.topics import READ_COMMITTED, TopicRecord, read_to_end
+from riverbed.testing.topic_reader import READ_COMMITTED, TopicRecord, read_to_end
 
 INPUT_SCHEMA = StructType([StructField("id", LongType()), StructField("payload", StringType())])
 CRASHING_SOURCE = "riverbed-crashing"
@@ -67,7 +67,7 @@ def write_input(directory: Path, files: range) -> None:
 def read_output(
     bootstrap: str, topic: str, *, partitions: int, isolation: str = READ_COMMITTED
 ) -> list[TopicRecord]:
-    """:func:`riverbed.testing.topics.read_to_end` of what a sink wrote (read_committed
+    """:func:`riverbed.testing.topic_reader.read_to_end` of what a sink wrote (read_committed
     unless ``isolation`` says otherwise), for the sink tests against an in-process broker."""
     records = read_to_end(bootstrap, topic, partitions=partitions, isolation=isolation)
     # The consumer's last Fetch may still wait (fetch.wait.max.ms) on the broker, and the

@@ -1,5 +1,5 @@
 """Topics as the tests write and read them: JSON events and (key, value) records produced in
-order; records read back to the end (with riverbed.testing.topics) as JSON, and the table
+order; records read back to the end (with riverbed.testing.topic_reader) as JSON, and the table
 a changelog of them describes."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from riverbed.testing.topics import last_values, read_to_end
+from riverbed.testing.topic_reader import last_values, read_to_end
 
 Row = dict[str, Any]
 

@@ -1,5 +1,5 @@
 """Transactions as the tests use them: a librdkafka transactional producer, the values of
-records read with :func:`riverbed.testing.topics.read_to_end` under an isolation level,
+records read with :func:`riverbed.testing.topic_reader.read_to_end` under an isolation level,
 and a DescribeTransactions answer for fake brokers."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from riverbed.protocol import ApiKey
-from riverbed.testing.topics import TopicRecord
+from riverbed.testing.topic_reader import TopicRecord
 
 DESCRIBE, LIST = ApiKey.DESCRIBE_TRANSACTIONS, ApiKey.LIST_TRANSACTIONS
 

@@ -18,7 +18,7 @@ import pytest
 
 from riverbed.cli import workload_command
 from riverbed.testing.postgres import PostgresCluster, database
-from riverbed.testing.topics import read_to_end
+from riverbed.testing.topic_reader import read_to_end
 from riverbed.workloads.oltp import PRIMARY_KEYS, SCHEMAS, OpKind, operations
 from riverbed.workloads.shop import TOPICS, ShopConfig, events
 from tests.support.brokers import BrokerProcess

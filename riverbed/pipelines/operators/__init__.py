@@ -22,7 +22,7 @@ and what they share: :mod:`~riverbed.pipelines.operators.inputs` (events and CDC
 from the source, the watermark), :mod:`~riverbed.pipelines.operators.changelog` (CDC
 records parsed and applied, pure), :mod:`~riverbed.pipelines.operators.buckets` (many keys'
 states per group), :mod:`~riverbed.pipelines.operators.base` (the processor skeleton, for
-an operator of one's own) and :mod:`~riverbed.pipelines.operators.rows` (JSON rows, pure).
+an operator of one's own) and :mod:`~riverbed.pipelines.operators.json_rows` (JSON rows, pure).
 """
 
 from riverbed.pipelines.operators.as_of_join import AsOfJoin, as_of_join
@@ -55,8 +55,8 @@ from riverbed.pipelines.operators.interval_join import (
 )
 from riverbed.pipelines.operators.intervals import Joined, JoinInterval, LeftRow, RightRow
 from riverbed.pipelines.operators.join_stages import JoinSpec
+from riverbed.pipelines.operators.json_rows import Json, Row, dumps
 from riverbed.pipelines.operators.pattern_matches import PatternMatches, match_pattern
-from riverbed.pipelines.operators.rows import Json, Row, dumps
 from riverbed.pipelines.operators.sessions import SessionWindows, sessions
 from riverbed.pipelines.operators.windowed_counts import WindowedCounts, windowed_counts
 

@@ -88,7 +88,7 @@ from pyspark.sql.types import StructType
 from riverbed.pipelines.operators.base import OUTPUT_SCHEMA, KeyedOperator, OutputRows, by_bucket
 from riverbed.pipelines.operators.changelog import Change, MalformedChange, parse_change
 from riverbed.pipelines.operators.inputs import with_event_time
-from riverbed.pipelines.operators.rows import Row, dumps
+from riverbed.pipelines.operators.json_rows import Row, dumps
 from riverbed.pipelines.operators.versioned_row import Version, VersionedRow
 
 __all__ = ["AsOfJoin", "as_of_join"]

@@ -47,7 +47,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 
-from riverbed.pipelines.operators.rows import dumps
+from riverbed.pipelines.operators.json_rows import dumps
 
 __all__ = ["BUCKET", "BUCKETS", "SLOTS", "KeyedStates", "bucket_of", "round_up"]
 

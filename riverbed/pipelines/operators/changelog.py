@@ -57,7 +57,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from riverbed.pipelines.operators.rows import Json, Row, dumps, json_text
+from riverbed.pipelines.operators.json_rows import Json, Row, dumps, json_text
 
 __all__ = [
     "UNAVAILABLE_VALUE",

@@ -24,7 +24,7 @@ key (``get_json_object(key, '$.product_id')``, as
 :func:`~riverbed.pipelines.operators.inputs.changes` gives it) and stage 0's rows by the
 same function of their join key (:func:`_routing`), so both sides of a join key meet in one
 bucket whatever its JSON type. Within a bucket, states are told apart by the canonical JSON
-text of their key (:func:`~riverbed.pipelines.operators.rows.json_text`): ``5`` and ``"5"``
+text of their key (:func:`~riverbed.pipelines.operators.json_rows.json_text`): ``5`` and ``"5"``
 route to one group but are different keys, as they are in SQL. Rows whose grouping column
 is null are left out before grouping: truncates, and orders without a product.
 
@@ -77,7 +77,7 @@ from riverbed.pipelines.operators.join_stages import (
     LeftRow,
     route_left,
 )
-from riverbed.pipelines.operators.rows import Json, dumps, json_text, plain
+from riverbed.pipelines.operators.json_rows import Json, dumps, json_text, plain
 
 __all__ = [
     "CONTRIBUTIONS_SCHEMA",

@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from riverbed.pipelines.operators.changelog import Change, RowState
-from riverbed.pipelines.operators.rows import Json, Row, dumps, json_text
+from riverbed.pipelines.operators.json_rows import Json, Row, dumps, json_text
 
 __all__ = [
     "Contribution",

@@ -54,7 +54,7 @@ from pyspark.sql import functions as F
 
 from riverbed.pipelines.operators.base import OUTPUT_SCHEMA, KeyedOperator, OutputRows, by_bucket
 from riverbed.pipelines.operators.cep import Event, Match, OrderedMatcher, Pattern
-from riverbed.pipelines.operators.rows import dumps
+from riverbed.pipelines.operators.json_rows import dumps
 
 __all__ = ["EVENT", "KEY", "TIMER_RESOLUTION_MS", "PatternMatches", "late_reason", "match_pattern"]
 

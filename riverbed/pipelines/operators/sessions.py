@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 
 from riverbed.pipelines.operators.base import OUTPUT_SCHEMA, Operator, OutputRows
-from riverbed.pipelines.operators.rows import dumps, plain
+from riverbed.pipelines.operators.json_rows import dumps, plain
 from riverbed.pipelines.operators.windows import Session, closed_sessions, merge_sessions
 
 __all__ = ["SessionWindows", "sessions"]

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from riverbed.pipelines.operators.changelog import Change, Op, SourcePosition
-from riverbed.pipelines.operators.rows import Json, Row, dumps
+from riverbed.pipelines.operators.json_rows import Json, Row, dumps
 
 __all__ = ["BEGINNING_MS", "Version", "VersionedRow"]
 

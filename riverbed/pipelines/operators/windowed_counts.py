@@ -38,7 +38,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from riverbed.pipelines.operators.base import OUTPUT_SCHEMA, Operator, OutputRows
-from riverbed.pipelines.operators.rows import dumps, plain
+from riverbed.pipelines.operators.json_rows import dumps, plain
 from riverbed.pipelines.operators.windows import counts_by_window, late_reason, pane_start
 
 __all__ = ["WindowedCounts", "count_panes", "windowed_counts"]

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame
 from riverbed.pipelines.operators.changelog_join import join_aggregate
 from riverbed.pipelines.operators.inputs import changes
 from riverbed.pipelines.operators.join_stages import JoinSpec
-from riverbed.pipelines.operators.rows import Json, Row
+from riverbed.pipelines.operators.json_rows import Json, Row
 
 __all__ = ["CATEGORY_SALES", "ORDERS", "PRODUCTS", "TOPIC", "build"]
 

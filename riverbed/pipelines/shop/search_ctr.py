@@ -48,7 +48,7 @@ from riverbed.pipelines.operators.interval_join import (
     interval_join,
 )
 from riverbed.pipelines.operators.intervals import Joined, JoinInterval, LeftRow
-from riverbed.pipelines.operators.rows import dumps
+from riverbed.pipelines.operators.json_rows import dumps
 from riverbed.pipelines.shop.contract import MINUTE_MS, SEARCH, WATERMARK_DELAY
 
 __all__ = ["CLICK_WINDOW", "RunningTotals", "build", "clicked", "search_clicks", "searched"]

@@ -1,4 +1,4 @@
-"""riverbed.testing.topics against a broker in this process: reading to the end under each
+"""riverbed.testing.topic_reader against a broker in this process: reading to the end under each
 isolation level, a topic that does not exist, an end that never comes."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from confluent_kafka import Producer
 
 from riverbed.broker import Broker
-from riverbed.testing.topics import (
+from riverbed.testing.topic_reader import (
     READ_UNCOMMITTED,
     TopicReadError,
     count_to_end,
