@@ -13,7 +13,8 @@ Every message is one line, for ``riverbed cdc`` to print as it is. The pure conv
 (:mod:`~riverbed.cdc.changes`, :mod:`~riverbed.cdc.envelope`, :mod:`~riverbed.cdc.snapshot`'s
 COPY parser, :func:`~riverbed.cdc.trigger.parse_record`) raise ``ValueError`` for input they
 cannot read, as Python's own parsers do; the log-based capture reports one met while
-streaming as a :class:`CaptureError` naming the LSN.
+streaming as a :class:`CaptureError` naming the LSN, the trigger-based one naming the audit
+row (which it keeps, with every row after it).
 """
 
 from __future__ import annotations

@@ -212,8 +212,14 @@ class _Drain:
             if op == "t":
                 records.append(self._record(topic, {}, "t", None, None, source))
                 continue
-            old = None if old_text is None else self._row(cursor, table, old_text)
-            new = None if new_text is None else self._row(cursor, table, new_text)
+            try:
+                old = None if old_text is None else self._row(cursor, table, old_text)
+                new = None if new_text is None else self._row(cursor, table, new_text)
+            except ValueError as e:  # not written by our trigger: stop, delete nothing
+                raise CaptureError(
+                    f"cannot read row {audit_id} of {self.config.audit} ({schema}.{table_name},"
+                    f" op {op!r}): {e}; stopped before its transaction, which stays there"
+                ) from None
             if op == "c":
                 assert new is not None
                 key = key_of(new, table.key_columns)
@@ -391,15 +397,24 @@ def _drain_loop(
         if full and not done:
             limit *= 2
             continue
+        ids: list[int] = []
+        unreadable = None
         for transaction in done:
-            for record in drain.records(cursor, transaction):
+            try:
+                records = drain.records(cursor, transaction)
+            except CaptureError as e:  # publish and delete the transactions before it
+                unreadable = e
+                break
+            for record in records:
                 publisher.send(record)
                 changes += record.value is not None
-        if done:
+            ids.extend(row[0] for row in transaction)
+        if ids:
             publisher.flush()
-            ids = [row[0] for t in done for row in t]
             cursor.execute(f"DELETE FROM {config.audit} WHERE id = ANY(%s)", (ids,))
             limit = BATCH
+        if unreadable is not None:
+            raise unreadable
         now = time.monotonic()
         if now - last_progress >= config.progress_every_s:
             rate = (changes - progress_changes) / (now - last_progress)

@@ -163,3 +163,26 @@ def test_drop_removes_the_triggers_and_the_audit_table(
         assert [c.op for c in read_topic(broker_process.bootstrap, "shop.public.counters")] == [
             "r"
         ] * 10
+
+
+def test_an_audit_row_not_written_by_the_trigger_stops_the_capture_and_is_kept(
+    postgres: PostgresCluster, broker_process: BrokerProcess, tmp_path: Path
+) -> None:
+    with database(postgres) as dsn:
+        create_counters(dsn, 3)
+        capture = _capture(tmp_path, dsn, broker_process.bootstrap, "odd")
+        capture.wait_for("draining")
+        cursor = sql(dsn).cursor()
+        cursor.execute("UPDATE counters SET n = 7 WHERE id = 1")
+        cursor.execute(
+            "INSERT INTO riverbed_cdc.riverbed_odd (schema_name, table_name, op, new_row) "
+            "VALUES ('public', 'counters', 'c', 'not a record')"
+        )
+        assert capture.process.wait(timeout=60) == 1, capture.log()
+        log = capture.log()
+        assert "cannot read row" in log and "not a record" in log, log
+        assert "Traceback" not in log, log
+        cursor.execute("SELECT op, new_row FROM riverbed_cdc.riverbed_odd")
+        assert cursor.fetchall() == [("c", "not a record")]  # kept, for a person to look at
+        changes = read_topic(broker_process.bootstrap, "odd.public.counters")
+        assert [c.op for c in changes] == ["r", "r", "r", "u"]  # the update before it went out
