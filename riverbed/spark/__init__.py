@@ -106,7 +106,9 @@ def session(
       (the JVM's incubator-module warning, transformWithState's worker announcements).
 
     ``config`` entries override these. Against a cluster, pass ``master`` (e.g.
-    ``spark://host:7077``) or use ``spark-submit``; nothing else changes.
+    ``spark://host:7077``) or use ``spark-submit``; nothing else changes. If the workers
+    cannot import riverbed, a session this call started is stopped again before
+    :class:`WorkerSetupError` reaches the caller.
     """
     cores = os.cpu_count() or 2
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # read when the JVM starts
@@ -130,7 +132,13 @@ def session(
         conf.setMaster(f"local[{cores}]")
     conf.setAll(list(settings.items()))
     start_jvm(conf)
+    existing = SparkSession.getActiveSession()
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
-    register(spark)
+    try:
+        register(spark)
+    except WorkerSetupError:
+        if existing is None:  # started here only to fail: no JVM left running
+            spark.stop()
+        raise
     return spark

@@ -38,6 +38,20 @@ else:
 spark.stop()
 """
 
+SESSION = f"""
+import sys
+sys.path.insert(0, {str(ROOT)!r})
+from pyspark import SparkContext
+from pyspark.sql import SparkSession
+import riverbed.spark
+try:
+    riverbed.spark.session(master="local[1]", log_level="ERROR")
+except riverbed.spark.WorkerSetupError:
+    print("WorkerSetupError")
+print(f"active session: {{SparkSession.getActiveSession() is not None}}")
+print(f"active context: {{SparkContext._active_spark_context is not None}}")
+"""
+
 CLI = f"""
 import sys
 sys.path.insert(0, {str(ROOT)!r})
@@ -79,9 +93,11 @@ def _expected(worker_python: str) -> str:
     )
 
 
-def _register(worker_python: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _register(
+    worker_python: str, cwd: Path, script: str = REGISTER
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", REGISTER],
+        [sys.executable, "-c", script],
         capture_output=True,
         text=True,
         cwd=cwd,  # not the checkout: a worker's sys.path starts with its directory
@@ -108,6 +124,18 @@ def test_register_says_in_one_line_that_the_workers_cannot_start(tmp_path: Path)
         "WorkerSetupError: Spark's Python workers cannot run (IOException: Cannot run program "
         f'"{missing}": error=2, No such file or directory): {ADVICE}'
     ]
+
+
+def test_a_session_started_only_to_fail_the_check_is_stopped(
+    bare_python: str, tmp_path: Path
+) -> None:
+    done = _register(bare_python, tmp_path, SESSION)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "WorkerSetupError",
+        "active session: False",
+        "active context: False",
+    ], done.stderr
 
 
 def test_the_reason_of_a_failed_job_is_its_innermost_cause() -> None:
