@@ -9,6 +9,7 @@ The packages are its layers, bottom up (each uses only those before it; README, 
   cannot send;
 - :mod:`riverbed.spark`: the PySpark data source ``riverbed`` and ``session()``;
 - :mod:`riverbed.cdc`: change data capture from PostgreSQL, in Debezium's format;
+- :mod:`riverbed.eventsourcing`: commands decided into events, state derived by replay;
 - :mod:`riverbed.pipelines`: stream operators on Spark, and the shop's pipelines;
 - :mod:`riverbed.workloads`: the shop's data generators;
 - :mod:`riverbed.testing`: helpers shared by the tests, the benchmarks and the demo;

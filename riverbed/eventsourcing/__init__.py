@@ -1,0 +1,48 @@
+"""Event sourcing on the log: commands decided into events, state derived by replay.
+
+A *command* is a request that may be refused; an *event* is a fact, decided once and never
+changed. The events topic is the source of truth; states, snapshots and read models are
+derived from it and can be rebuilt by replaying it (DESIGN.md, "Event sourcing").
+
+- :mod:`~riverbed.eventsourcing.decider`: an aggregate as ``decide``/``evolve``/``initial``;
+- :mod:`~riverbed.eventsourcing.messages`: commands, events and results on the wire;
+- :mod:`~riverbed.eventsourcing.handling`: the contract's rules around a decider
+  (``expected_version``, versions, event ids) and replay;
+- :mod:`~riverbed.eventsourcing.upcasting`: old events read in the current schema;
+- :mod:`~riverbed.eventsourcing.shop`: the shop's carts;
+- :mod:`~riverbed.eventsourcing.errors`: one hierarchy, rooted at
+  :class:`EventSourcingError`.
+
+Everything here so far is sans-IO; the Kafka client comes in with the command processor.
+"""
+
+from riverbed.eventsourcing.decider import Decider, Rejection
+from riverbed.eventsourcing.errors import (
+    EventSourcingError,
+    MessageError,
+    ReplayError,
+    UpcastError,
+)
+from riverbed.eventsourcing.handling import Aggregate, Decision, DomainTypes, decide, replay
+from riverbed.eventsourcing.messages import Command, Event, Result, StreamFormat
+from riverbed.eventsourcing.upcasting import Upcaster, Upcasters
+
+__all__ = [
+    "Aggregate",
+    "Command",
+    "Decider",
+    "Decision",
+    "DomainTypes",
+    "Event",
+    "EventSourcingError",
+    "MessageError",
+    "Rejection",
+    "ReplayError",
+    "Result",
+    "StreamFormat",
+    "UpcastError",
+    "Upcaster",
+    "Upcasters",
+    "decide",
+    "replay",
+]

@@ -1,0 +1,191 @@
+"""Commands, events and results as the contract writes them (DESIGN.md, "Event sourcing").
+
+    command  key {ID}          value {"command_id", "type", ID, "user_id",
+                                      "expected_version" (int >= 0 or null), "data", "ts"}
+    event    key {ID}          value {"event_id", ID, "user_id", "version", "type", "data",
+                                      "command_id", "ts", "schema"}
+    result   key {"command_id"} value {"command_id", ID, "status": "accepted"|"rejected",
+                                      "version", "reason" (when rejected)}
+
+``ID`` is the aggregate's id field (``cart_id`` for the shop's carts): a
+:class:`StreamFormat` names it. Keys and values are compact JSON. Decoding checks every
+field and raises :class:`~riverbed.eventsourcing.errors.MessageError` naming the first one
+that is wrong, so a malformed command is answered (rejected) instead of stopping a processor.
+Sans-IO: bytes in, values out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from riverbed.eventsourcing.errors import MessageError
+
+__all__ = ["Command", "Event", "Result", "StreamFormat", "dumps"]
+
+ACCEPTED = "accepted"
+REJECTED = "rejected"
+
+
+def dumps(document: Any) -> bytes:
+    """Compact JSON, as every topic of the contract holds it."""
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Command:
+    command_id: str
+    type: str
+    aggregate_id: str
+    user_id: str | None
+    expected_version: int | None
+    data: dict[str, Any]
+    ts: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    event_id: str
+    aggregate_id: str
+    user_id: str | None
+    version: int
+    type: str
+    data: dict[str, Any]
+    command_id: str
+    ts: int
+    schema: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Result:
+    command_id: str
+    aggregate_id: str
+    status: str
+    version: int
+    reason: str | None = None
+
+    @property
+    def accepted(self) -> bool:
+        return self.status == ACCEPTED
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamFormat:
+    """The topics' formats for an aggregate whose id field is ``id_field``."""
+
+    id_field: str
+
+    def key(self, aggregate_id: str) -> bytes:
+        return dumps({self.id_field: aggregate_id})
+
+    def document(self, message: Command | Event | Result) -> dict[str, Any]:
+        """``message`` as the contract's JSON object, in the contract's field order (a
+        result without a reason has no ``reason``)."""
+        return {
+            (self.id_field if name == "aggregate_id" else name): value
+            for name, value in dataclasses.asdict(message).items()
+            if not (name == "reason" and value is None)
+        }
+
+    def encode_command(self, command: Command) -> tuple[bytes, bytes]:
+        return self.key(command.aggregate_id), dumps(self.document(command))
+
+    def decode_command(self, value: bytes | None) -> Command:
+        fields = _object(value, "command")
+        return Command(
+            command_id=_text(fields, "command_id"),
+            type=_text(fields, "type"),
+            aggregate_id=_text(fields, self.id_field),
+            user_id=_maybe_text(fields, "user_id"),
+            expected_version=_maybe_count(fields, "expected_version"),
+            data=_data(fields),
+            ts=_integer(fields, "ts"),
+        )
+
+    def encode_event(self, event: Event) -> tuple[bytes, bytes]:
+        return self.key(event.aggregate_id), dumps(self.document(event))
+
+    def decode_event(self, value: bytes | None) -> Event:
+        fields = _object(value, "event")
+        version = _count(fields, "version")
+        schema = _count(fields, "schema")
+        if version < 1 or schema < 1:
+            raise MessageError(f"an event's version and schema start at 1: {version}, {schema}")
+        return Event(
+            event_id=_text(fields, "event_id"),
+            aggregate_id=_text(fields, self.id_field),
+            user_id=_maybe_text(fields, "user_id"),
+            version=version,
+            type=_text(fields, "type"),
+            data=_data(fields),
+            command_id=_text(fields, "command_id"),
+            ts=_integer(fields, "ts"),
+            schema=schema,
+        )
+
+    def encode_result(self, result: Result) -> tuple[bytes, bytes]:
+        return dumps({"command_id": result.command_id}), dumps(self.document(result))
+
+    def decode_result(self, value: bytes | None) -> Result:
+        fields = _object(value, "result")
+        status = _text(fields, "status")
+        if status not in (ACCEPTED, REJECTED):
+            raise MessageError(f"status must be {ACCEPTED!r} or {REJECTED!r}, not {status!r}")
+        version = _count(fields, "version")
+        return Result(
+            command_id=_text(fields, "command_id"),
+            aggregate_id=_text(fields, self.id_field),
+            status=status,
+            version=version,
+            reason=_maybe_text(fields, "reason"),
+        )
+
+
+def _object(value: bytes | None, what: str) -> dict[str, Any]:
+    if value is None:
+        raise MessageError(f"a {what} with no value (a tombstone)")
+    try:
+        document = json.loads(value)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise MessageError(f"a {what} that is not JSON: {e}") from None
+    if not isinstance(document, dict):
+        raise MessageError(f"a {what} must be a JSON object, not {type(document).__name__}")
+    return document
+
+
+def _maybe_text(fields: dict[str, Any], name: str) -> str | None:
+    return None if fields.get(name) is None else _text(fields, name)
+
+
+def _text(fields: dict[str, Any], name: str) -> str:
+    value = fields.get(name)
+    if not isinstance(value, str) or not value:
+        raise MessageError(f"{name!r} must be a non-empty string, not {value!r}")
+    return value
+
+
+def _integer(fields: dict[str, Any], name: str) -> int:
+    value = fields.get(name)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise MessageError(f"{name!r} must be an integer, not {value!r}")
+    return value
+
+
+def _maybe_count(fields: dict[str, Any], name: str) -> int | None:
+    return None if fields.get(name) is None else _count(fields, name)
+
+
+def _count(fields: dict[str, Any], name: str) -> int:
+    value = _integer(fields, name)
+    if value < 0:
+        raise MessageError(f"{name!r} must be 0 or more, not {value}")
+    return value
+
+
+def _data(fields: dict[str, Any]) -> dict[str, Any]:
+    value = fields.get("data", {})
+    if not isinstance(value, dict):
+        raise MessageError(f"'data' must be a JSON object, not {value!r}")
+    return value

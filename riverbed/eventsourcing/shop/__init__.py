@@ -1,0 +1,1 @@
+"""The shop's event-sourced aggregates: its shopping carts (:mod:`.carts`)."""

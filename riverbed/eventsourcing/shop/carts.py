@@ -1,0 +1,187 @@
+"""The shop's shopping cart, event-sourced (DESIGN.md, "Event sourcing").
+
+    AddItem {product_id, quantity >= 1}  -> ItemAdded   (the quantity adds to the line)
+    RemoveItem {product_id}              -> ItemRemoved (the line must exist; removed whole)
+    CheckOut {shipping_address}          -> CheckedOut  (the cart must hold an item)
+
+A checked-out cart refuses every command. The cart's user is the user of its first event,
+its aggregate's ``subject`` (the contract has no rule about a command from another user, so
+none is made).
+``shipping_address`` is personal data: in events it is encrypted with the user's key, and
+``None`` once the user is forgotten (crypto-shredding); the cart only records it.
+
+Rejection reasons: ``invalid_command`` (an unknown type, a missing or wrong field),
+``no_such_item``, ``empty_cart``, ``checked_out``; and the contract's ``version_conflict``
+(:mod:`riverbed.eventsourcing.handling`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from riverbed.eventsourcing.decider import Decider, Rejection
+from riverbed.eventsourcing.errors import MessageError
+from riverbed.eventsourcing.handling import Aggregate, DomainTypes
+from riverbed.eventsourcing.messages import Command, Event, StreamFormat
+
+__all__ = [
+    "CARTS",
+    "FORMAT",
+    "TYPES",
+    "AddItem",
+    "CartState",
+    "CheckOut",
+    "CheckedOut",
+    "ItemAdded",
+    "ItemRemoved",
+    "RemoveItem",
+    "state_document",
+]
+
+FORMAT = StreamFormat(id_field="cart_id")
+"""The carts' topics: keys ``{"cart_id"}``."""
+
+PERSONAL_FIELDS = {"CheckedOut": ("shipping_address",)}
+"""Event data fields encrypted with the user's key."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AddItem:
+    product_id: str
+    quantity: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoveItem:
+    product_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckOut:
+    shipping_address: str
+
+
+CartCommand = AddItem | RemoveItem | CheckOut
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ItemAdded:
+    product_id: str
+    quantity: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ItemRemoved:
+    product_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckedOut:
+    shipping_address: str | None  # None: the user was forgotten
+
+
+CartEvent = ItemAdded | ItemRemoved | CheckedOut
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CartState:
+    items: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    checked_out: bool = False
+
+
+def decide(state: CartState, command: CartCommand) -> Sequence[CartEvent] | Rejection:
+    if state.checked_out:
+        return Rejection(reason="checked_out")
+    match command:
+        case AddItem(product_id=product_id, quantity=quantity):
+            return [ItemAdded(product_id=product_id, quantity=quantity)]
+        case RemoveItem(product_id=product_id):
+            if product_id not in state.items:
+                return Rejection(reason="no_such_item")
+            return [ItemRemoved(product_id=product_id)]
+        case CheckOut(shipping_address=address):
+            if not state.items:
+                return Rejection(reason="empty_cart")
+            return [CheckedOut(shipping_address=address)]
+
+
+def evolve(state: CartState, event: CartEvent) -> CartState:
+    match event:
+        case ItemAdded(product_id=product_id, quantity=quantity):
+            items = dict(state.items)
+            items[product_id] = items.get(product_id, 0) + quantity
+            return CartState(items=MappingProxyType(items), checked_out=False)
+        case ItemRemoved(product_id=product_id):
+            items = {p: q for p, q in state.items.items() if p != product_id}
+            return CartState(items=MappingProxyType(items), checked_out=False)
+        case CheckedOut():
+            return CartState(items=state.items, checked_out=True)
+
+
+CARTS: Decider[CartState, CartCommand, CartEvent] = Decider(
+    initial=CartState(), decide=decide, evolve=evolve
+)
+
+
+def _command_of(command: Command) -> CartCommand | Rejection:
+    data = command.data
+    product = data.get("product_id")
+    product_id = product if isinstance(product, str) else ""
+    has_product = product_id != ""
+    if command.type == "AddItem" and has_product:
+        quantity = data.get("quantity")
+        if isinstance(quantity, int) and not isinstance(quantity, bool) and quantity >= 1:
+            return AddItem(product_id=product_id, quantity=quantity)
+    elif command.type == "RemoveItem" and has_product:
+        return RemoveItem(product_id=product_id)
+    elif command.type == "CheckOut":
+        address = data.get("shipping_address")
+        if isinstance(address, str) and address:
+            return CheckOut(shipping_address=address)
+    return Rejection(reason="invalid_command")
+
+
+def _event_of(event: Event) -> CartEvent:
+    data = event.data
+    try:
+        if event.type == "ItemAdded":
+            return ItemAdded(product_id=data["product_id"], quantity=data["quantity"])
+        if event.type == "ItemRemoved":
+            return ItemRemoved(product_id=data["product_id"])
+        if event.type == "CheckedOut":
+            return CheckedOut(shipping_address=data.get("shipping_address"))
+    except KeyError as e:
+        raise MessageError(
+            f"event {event.event_id} ({event.type} version {event.schema}) has no {e}"
+        ) from None
+    raise MessageError(f"event {event.event_id} is not a cart event: {event.type!r}")
+
+
+def _event_data(event: CartEvent) -> tuple[str, dict[str, Any]]:
+    match event:
+        case ItemAdded(product_id=product_id, quantity=quantity):
+            return "ItemAdded", {"product_id": product_id, "quantity": quantity}
+        case ItemRemoved(product_id=product_id):
+            return "ItemRemoved", {"product_id": product_id}
+        case CheckedOut(shipping_address=address):
+            return "CheckedOut", {"shipping_address": address}
+
+
+TYPES: DomainTypes[CartCommand, CartEvent] = DomainTypes(
+    command_of=_command_of, event_of=_event_of, event_data=_event_data
+)
+
+
+def state_document(cart: Aggregate[CartState]) -> dict[str, Any]:
+    """The contract's cart state: ``{"cart_id", "user_id", "version", "items",
+    "checked_out"}``."""
+    return {
+        "cart_id": cart.aggregate_id,
+        "user_id": cart.subject,
+        "version": cart.version,
+        "items": dict(sorted(cart.state.items.items())),
+        "checked_out": cart.state.checked_out,
+    }
