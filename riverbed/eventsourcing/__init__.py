@@ -9,6 +9,8 @@ derived from it and can be rebuilt by replaying it (DESIGN.md, "Event sourcing")
 - :mod:`~riverbed.eventsourcing.handling`: the contract's rules around a decider
   (``expected_version``, versions, event ids) and replay;
 - :mod:`~riverbed.eventsourcing.upcasting`: old events read in the current schema;
+- :mod:`~riverbed.eventsourcing.partition`: what a command processor holds for one
+  partition of the commands topic (aggregates, decided command ids) and how it answers;
 - :mod:`~riverbed.eventsourcing.shredding`: personal fields sealed per subject (AES-GCM),
   forgotten by deleting the subject's key;
 - :mod:`~riverbed.eventsourcing.shop`: the shop's carts;

@@ -104,6 +104,12 @@ class StreamFormat:
             ts=_integer(fields, "ts"),
         )
 
+    def command_ids(self, value: bytes | None) -> tuple[str, str]:
+        """The command id and aggregate id of a command record that may be malformed
+        otherwise (to answer it), or a :class:`MessageError` if it has none."""
+        fields = _object(value, "command")
+        return _text(fields, "command_id"), _text(fields, self.id_field)
+
     def encode_event(self, event: Event) -> tuple[bytes, bytes]:
         return self.key(event.aggregate_id), dumps(self.document(event))
 

@@ -30,6 +30,7 @@ from riverbed.eventsourcing.messages import Command, Event, StreamFormat
 __all__ = [
     "CARTS",
     "FORMAT",
+    "PERSONAL_FIELDS",
     "TYPES",
     "AddItem",
     "CartState",
@@ -44,7 +45,7 @@ __all__ = [
 FORMAT = StreamFormat(id_field="cart_id")
 """The carts' topics: keys ``{"cart_id"}``."""
 
-PERSONAL_FIELDS = {"CheckedOut": ("shipping_address",)}
+PERSONAL_FIELDS: dict[str, tuple[str, ...]] = {"CheckedOut": ("shipping_address",)}
 """Event data fields encrypted with the user's key."""
 
 

@@ -1,0 +1,152 @@
+"""What a command processor holds for one partition of the commands topic, without I/O.
+
+The processor is the single writer of its partitions' aggregates: it owns partition P of
+the commands topic (through a consumer group) and writes the events and results of P's
+commands to partition P of the events and results topics. Kafka has no "append if the log
+ends at offset N" (KIP-27 was never adopted); ownership plus fencing gives the same
+guarantee: a processor that lost P is fenced by the group's generation and its
+transactional id before its writes can commit, so one decider at a time sees a cart.
+
+From partition P of the events topic (after a snapshot, if any) it rebuilds each cart's
+:class:`~riverbed.eventsourcing.handling.Aggregate`; from partition P of the results topic
+the command ids already decided and their results. Then :meth:`CommandPartition.handle`
+answers each command:
+
+- a command id already decided: its earlier result again, no event;
+- otherwise the decider's answer (:func:`~riverbed.eventsourcing.handling.decide`), with
+  the personal fields of the events sealed with the subject's key (a new key is made, and
+  returned for the key topic, the first time a subject needs one);
+- a command that is not one at all (no JSON, no command id): nothing to answer, reported.
+
+The processor writes what :meth:`handle` returns, with the consumed offset, in one Kafka
+transaction; if that transaction aborts, it restores the partition from the topics again
+(:meth:`handle` has already moved the in-memory state on).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from riverbed.eventsourcing.decider import Decider
+from riverbed.eventsourcing.errors import MessageError
+from riverbed.eventsourcing.handling import Aggregate, DomainTypes, decide, replay
+from riverbed.eventsourcing.messages import REJECTED, Event, Result, StreamFormat
+from riverbed.eventsourcing.shredding import Keyring, new_key, open_fields, seal_fields
+
+__all__ = ["INVALID_COMMAND", "CommandPartition", "Handled"]
+
+INVALID_COMMAND = "invalid_command"
+"""The reason given for a command whose fields are not the contract's."""
+
+S = TypeVar("S")
+C = TypeVar("C")
+E = TypeVar("E")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Handled:
+    """What one command produced: events and result to write, keys to publish first."""
+
+    result: Result
+    events: list[Event]
+    new_keys: dict[str, bytes]
+    duplicate: bool
+
+
+@dataclass(slots=True, kw_only=True)
+class CommandPartition(Generic[S, C, E]):
+    """One commands-topic partition's aggregates and decided command ids."""
+
+    decider: Decider[S, C, E]
+    types: DomainTypes[C, E]
+    format: StreamFormat
+    keyring: Keyring
+    personal: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Event type -> its data fields sealed with the subject's key."""
+    new_key: Callable[[], bytes] = new_key
+    aggregates: dict[str, Aggregate[S]] = field(default_factory=dict)
+    results: dict[str, Result] = field(default_factory=dict)
+
+    def aggregate(self, aggregate_id: str) -> Aggregate[S]:
+        found = self.aggregates.get(aggregate_id)
+        if found is None:
+            found = Aggregate(aggregate_id=aggregate_id, state=self.decider.initial, version=0)
+        return found
+
+    def restore_snapshot(self, aggregate: Aggregate[S]) -> None:
+        """Start ``aggregate``'s replay from a snapshot (before its later events)."""
+        self.aggregates[aggregate.aggregate_id] = aggregate
+
+    def restore_event(self, event: Event) -> None:
+        """One event of the partition, in log order (events a snapshot includes are
+        skipped)."""
+        current = self.aggregate(event.aggregate_id)
+        if event.version <= current.version:
+            return
+        self.aggregates[event.aggregate_id] = replay(
+            self.decider, self.types, current, [self.opened(event)]
+        )
+
+    def restore_result(self, result: Result) -> None:
+        """One result of the partition: its command id is decided."""
+        self.results.setdefault(result.command_id, result)
+
+    def opened(self, event: Event) -> Event:
+        """``event`` with its personal fields opened (``None`` for a forgotten subject)."""
+        fields = self.personal.get(event.type, ())
+        if not fields or event.user_id is None:
+            return event
+        key = self.keyring.key_of(event.user_id)
+        data = open_fields(event.data, fields, key=key, subject=event.user_id)
+        return dataclasses.replace(event, data=data)
+
+    def handle(self, value: bytes | None) -> Handled:
+        """The answer to one command record (see the module docstring); raises
+        :class:`~riverbed.eventsourcing.errors.MessageError` only for a record with no
+        readable command id and aggregate id, which cannot be answered."""
+        try:
+            command = self.format.decode_command(value)
+        except MessageError:
+            return self._invalid(value)
+        earlier = self.results.get(command.command_id)
+        if earlier is not None:
+            return Handled(result=earlier, events=[], new_keys={}, duplicate=True)
+        decision = decide(self.decider, self.types, self.aggregate(command.aggregate_id), command)
+        new_keys: dict[str, bytes] = {}
+        events = [self._sealed(event, new_keys) for event in decision.events]
+        self.aggregates[command.aggregate_id] = decision.aggregate
+        self.results[command.command_id] = decision.result
+        return Handled(result=decision.result, events=events, new_keys=new_keys, duplicate=False)
+
+    def _sealed(self, event: Event, new_keys: dict[str, bytes]) -> Event:
+        fields = self.personal.get(event.type, ())
+        subject = event.user_id
+        if not fields or subject is None:
+            return event
+        key = self.keyring.key_of(subject)
+        if key is None:
+            key = new_keys[subject] = self.new_key()
+            self.keyring.keys[subject] = key
+        return dataclasses.replace(
+            event, data=seal_fields(event.data, fields, key=key, subject=subject)
+        )
+
+    def _invalid(self, value: bytes | None) -> Handled:
+        """A rejected result for a record that names its command and aggregate but is not
+        a valid command; a MessageError for one that does not name them."""
+        command_id, aggregate_id = self.format.command_ids(value)
+        earlier = self.results.get(command_id)
+        if earlier is not None:
+            return Handled(result=earlier, events=[], new_keys={}, duplicate=True)
+        result = Result(
+            command_id=command_id,
+            aggregate_id=aggregate_id,
+            status=REJECTED,
+            version=self.aggregate(aggregate_id).version,
+            reason=INVALID_COMMAND,
+        )
+        self.results[command_id] = result
+        return Handled(result=result, events=[], new_keys={}, duplicate=False)
