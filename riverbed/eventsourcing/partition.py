@@ -34,7 +34,13 @@ from riverbed.eventsourcing.decider import Decider
 from riverbed.eventsourcing.errors import MessageError
 from riverbed.eventsourcing.handling import Aggregate, DomainTypes, decide, replay
 from riverbed.eventsourcing.messages import REJECTED, Event, Result, StreamFormat
-from riverbed.eventsourcing.shredding import Keyring, new_key, open_fields, seal_fields
+from riverbed.eventsourcing.shredding import (
+    Keyring,
+    new_key,
+    new_key_id,
+    open_fields,
+    seal_fields,
+)
 
 __all__ = ["INVALID_COMMAND", "CommandPartition", "Handled"]
 
@@ -48,11 +54,13 @@ E = TypeVar("E")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Handled:
-    """What one command produced: events and result to write, keys to publish first."""
+    """What one command produced: its result, its events, and the subjects that got a new
+    key (whose key records, :meth:`~riverbed.eventsourcing.shredding.Keyring.record`, go in
+    the same transaction)."""
 
     result: Result
     events: list[Event]
-    new_keys: dict[str, bytes]
+    new_keys: list[str]
     duplicate: bool
 
 
@@ -99,8 +107,8 @@ class CommandPartition(Generic[S, C, E]):
         fields = self.personal.get(event.type, ())
         if not fields or event.user_id is None:
             return event
-        key = self.keyring.key_of(event.user_id)
-        data = open_fields(event.data, fields, key=key, subject=event.user_id)
+        keys = self.keyring.keys_of(event.user_id)
+        data = open_fields(event.data, fields, keys=keys, subject=event.user_id)
         return dataclasses.replace(event, data=data)
 
     def handle(self, value: bytes | None) -> Handled:
@@ -113,26 +121,27 @@ class CommandPartition(Generic[S, C, E]):
             return self._invalid(value)
         earlier = self.results.get(command.command_id)
         if earlier is not None:
-            return Handled(result=earlier, events=[], new_keys={}, duplicate=True)
+            return Handled(result=earlier, events=[], new_keys=[], duplicate=True)
         decision = decide(self.decider, self.types, self.aggregate(command.aggregate_id), command)
-        new_keys: dict[str, bytes] = {}
+        new_keys: list[str] = []
         events = [self._sealed(event, new_keys) for event in decision.events]
         self.aggregates[command.aggregate_id] = decision.aggregate
         self.results[command.command_id] = decision.result
         return Handled(result=decision.result, events=events, new_keys=new_keys, duplicate=False)
 
-    def _sealed(self, event: Event, new_keys: dict[str, bytes]) -> Event:
+    def _sealed(self, event: Event, new_keys: list[str]) -> Event:
         fields = self.personal.get(event.type, ())
         subject = event.user_id
         if not fields or subject is None:
             return event
-        key = self.keyring.key_of(subject)
-        if key is None:
-            key = new_keys[subject] = self.new_key()
-            self.keyring.keys[subject] = key
-        return dataclasses.replace(
-            event, data=seal_fields(event.data, fields, key=key, subject=subject)
-        )
+        sealing = self.keyring.sealing_key(subject)
+        if sealing is None:
+            sealing = new_key_id(), self.new_key()
+            self.keyring.add(subject, *sealing)
+            new_keys.append(subject)
+        key_id, key = sealing
+        data = seal_fields(event.data, fields, key_id=key_id, key=key, subject=subject)
+        return dataclasses.replace(event, data=data)
 
     def _invalid(self, value: bytes | None) -> Handled:
         """A rejected result for a record that names its command and aggregate but is not
@@ -140,7 +149,7 @@ class CommandPartition(Generic[S, C, E]):
         command_id, aggregate_id = self.format.command_ids(value)
         earlier = self.results.get(command_id)
         if earlier is not None:
-            return Handled(result=earlier, events=[], new_keys={}, duplicate=True)
+            return Handled(result=earlier, events=[], new_keys=[], duplicate=True)
         result = Result(
             command_id=command_id,
             aggregate_id=aggregate_id,
@@ -149,4 +158,4 @@ class CommandPartition(Generic[S, C, E]):
             reason=INVALID_COMMAND,
         )
         self.results[command_id] = result
-        return Handled(result=result, events=[], new_keys={}, duplicate=False)
+        return Handled(result=result, events=[], new_keys=[], duplicate=False)

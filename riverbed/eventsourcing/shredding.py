@@ -1,18 +1,28 @@
-"""Crypto-shredding: personal fields encrypted per subject, forgotten by deleting the key.
+"""Crypto-shredding: personal fields encrypted per subject, forgotten by deleting the keys.
 
 Events are never changed, yet a user may ask to be forgotten. So an event's personal
 fields (the carts' ``shipping_address``) are stored encrypted with a key of their subject
-(the user), and the keys live in a compacted topic (``shop.keys``: key ``{"user_id"}``,
-value ``{"user_id", "key", "created_ts"}``, the key base64). Forgetting the user writes a
-tombstone for their key; compaction then removes the key itself from the log, and from then
-on every reader, replay and backup of the events finds the field unreadable and sees
-``null``. The events themselves stay, so versions, history and every other field do too.
+(the user), and the keys live in a compacted topic (``shop.keys``, key ``{"user_id"}``).
+Forgetting the user writes a tombstone; compaction then removes the keys themselves from
+the log, and from then on every reader, replay and backup of the events finds the field
+unreadable and sees ``null``. The events stay, so versions, history and every other field
+do too.
 
-A sealed field is a JSON object ``{"sealed": "A256GCM", "value": BASE64}``: the value is a
+A sealed field is ``{"sealed": "A256GCM", "kid": KEY_ID, "value": BASE64}``: the value is a
 12-byte random nonce followed by the AES-256-GCM ciphertext and tag of the field's JSON,
 with the subject's id as associated data (a ciphertext moved to another user's event does
 not open). Nonces are random: 2^32 encryptions under one key keep the chance of a repeat
 below 2^-32 (NIST SP 800-38D, 8.3); one user's key seals far fewer.
+
+**A subject's keys are a set.** Two processors may each make a first key for the same user
+at once (the user's carts live in partitions they own), and a compacted topic keeps one
+value per user. So a key record holds every key of its subject,
+``{"user_id", "keys": {KEY_ID: BASE64}, "created_ts"}``, and whoever reads a record that
+lacks a key it knows writes the union again (:meth:`Keyring.apply` says when). The set only
+grows until a tombstone, which empties it; events name the key that sealed them, and
+everyone seals with the smallest key id they know, so the set stays small. The keys topic
+needs ``min.compaction.lag.ms`` well above the time a repair takes, so that compaction never
+drops a record before its union is written.
 
 Sans-IO: :class:`Keyring` is fed the key topic's records by whoever reads it.
 """
@@ -23,6 +33,7 @@ import base64
 import binascii
 import json
 import os
+import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
@@ -33,7 +44,15 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from riverbed.eventsourcing.errors import MessageError
 from riverbed.eventsourcing.messages import dumps
 
-__all__ = ["ALGORITHM", "Keyring", "is_sealed", "new_key", "open_fields", "seal_fields"]
+__all__ = [
+    "ALGORITHM",
+    "Keyring",
+    "is_sealed",
+    "new_key",
+    "new_key_id",
+    "open_fields",
+    "seal_fields",
+]
 
 ALGORITHM = "A256GCM"
 """JOSE's name (RFC 7518) for AES-GCM with a 256-bit key."""
@@ -47,12 +66,22 @@ def new_key() -> bytes:
     return AESGCM.generate_key(bit_length=256)
 
 
+def new_key_id() -> str:
+    """A fresh key id: 64 random bits, hex."""
+    return secrets.token_hex(8)
+
+
 def is_sealed(value: Any) -> TypeGuard[dict[str, Any]]:
-    return isinstance(value, dict) and value.get("sealed") == ALGORITHM and "value" in value
+    return (
+        isinstance(value, dict)
+        and value.get("sealed") == ALGORITHM
+        and isinstance(value.get("kid"), str)
+        and isinstance(value.get("value"), str)
+    )
 
 
 def seal_fields(
-    data: Mapping[str, Any], fields: Iterable[str], *, key: bytes, subject: str
+    data: Mapping[str, Any], fields: Iterable[str], *, key_id: str, key: bytes, subject: str
 ) -> dict[str, Any]:
     """``data`` with each of ``fields`` present (and not null) sealed with ``key``."""
     sealed = dict(data)
@@ -62,21 +91,24 @@ def seal_fields(
             continue
         nonce = os.urandom(NONCE_BYTES)
         text = cipher.encrypt(nonce, dumps(sealed[name]), subject.encode())
-        sealed[name] = {"sealed": ALGORITHM, "value": base64.b64encode(nonce + text).decode()}
+        value = base64.b64encode(nonce + text).decode()
+        sealed[name] = {"sealed": ALGORITHM, "kid": key_id, "value": value}
     return sealed
 
 
 def open_fields(
-    data: Mapping[str, Any], fields: Iterable[str], *, key: bytes | None, subject: str
+    data: Mapping[str, Any], fields: Iterable[str], *, keys: Mapping[str, bytes], subject: str
 ) -> dict[str, Any]:
-    """``data`` with each sealed one of ``fields`` opened, or ``None`` where ``key`` is
-    ``None`` (the subject was forgotten). A field that is sealed but does not open with the
-    subject's key is a :class:`~riverbed.eventsourcing.errors.MessageError`."""
+    """``data`` with each sealed one of ``fields`` opened with the key it names among
+    ``keys``, or ``None`` where that key is not there (the subject was forgotten). A field
+    that does not open with its key is a
+    :class:`~riverbed.eventsourcing.errors.MessageError`."""
     opened = dict(data)
     for name in fields:
         value = opened.get(name)
         if not is_sealed(value):
             continue
+        key = keys.get(value["kid"])
         if key is None:
             opened[name] = None
             continue
@@ -93,34 +125,49 @@ def open_fields(
 
 @dataclass(slots=True)
 class Keyring:
-    """The subjects' keys, as the key topic holds them (last value per subject wins; a
-    tombstone forgets)."""
+    """The subjects' key sets, as the key topic holds them (see the module docstring)."""
 
-    keys: dict[str, bytes] = field(default_factory=dict)
+    keys: dict[str, dict[str, bytes]] = field(default_factory=dict)
 
-    def key_of(self, subject: str) -> bytes | None:
-        return self.keys.get(subject)
+    def keys_of(self, subject: str) -> Mapping[str, bytes]:
+        """``subject``'s keys by id (empty once forgotten, or before its first key)."""
+        return self.keys.get(subject, {})
 
-    def apply(self, key: bytes | None, value: bytes | None) -> None:
-        """One record of the key topic."""
+    def sealing_key(self, subject: str) -> tuple[str, bytes] | None:
+        """The key to seal ``subject``'s fields with: the one of the smallest id."""
+        keys = self.keys.get(subject)
+        if not keys:
+            return None
+        key_id = min(keys)
+        return key_id, keys[key_id]
+
+    def add(self, subject: str, key_id: str, key: bytes) -> None:
+        self.keys.setdefault(subject, {})[key_id] = key
+
+    def apply(self, key: bytes | None, value: bytes | None) -> bool:
+        """One record of the key topic, in log order. True if it lacks a key this keyring
+        holds for its subject: then :meth:`record` must be written again (the union)."""
         subject = _subject(key)
         if value is None:
             self.keys.pop(subject, None)
-            return
+            return False
         try:
             document = json.loads(value)
-            self.keys[subject] = base64.b64decode(document["key"], validate=True)
-        except (ValueError, TypeError, KeyError, binascii.Error):
-            raise MessageError(f"the key record of {subject!r} holds no base64 key") from None
+            received = {
+                str(key_id): base64.b64decode(text, validate=True)
+                for key_id, text in document["keys"].items()
+            }
+        except (ValueError, TypeError, KeyError, AttributeError, binascii.Error):
+            raise MessageError(f"the key record of {subject!r} holds no base64 keys") from None
+        known = self.keys.setdefault(subject, {})
+        stale = not known.keys() <= received.keys()
+        known.update(received)
+        return stale
 
-    @staticmethod
-    def record(subject: str, key: bytes, *, created_ts: int) -> tuple[bytes, bytes]:
-        """The key topic's record for ``subject``'s ``key``."""
-        value = {
-            "user_id": subject,
-            "key": base64.b64encode(key).decode(),
-            "created_ts": created_ts,
-        }
+    def record(self, subject: str, *, created_ts: int) -> tuple[bytes, bytes]:
+        """The key topic's record of all of ``subject``'s keys."""
+        keys = {k: base64.b64encode(v).decode() for k, v in sorted(self.keys_of(subject).items())}
+        value = {"user_id": subject, "keys": keys, "created_ts": created_ts}
         return dumps({"user_id": subject}), dumps(value)
 
     @staticmethod
