@@ -11,13 +11,15 @@ derived from it and can be rebuilt by replaying it (DESIGN.md, "Event sourcing")
 - :mod:`~riverbed.eventsourcing.upcasting`: old events read in the current schema;
 - :mod:`~riverbed.eventsourcing.partition`: what a command processor holds for one
   partition of the commands topic (aggregates, decided command ids) and how it answers;
+- :mod:`~riverbed.eventsourcing.processor`: the command processor on Kafka (a consumer
+  group; each batch's events, results and offsets in one transaction);
 - :mod:`~riverbed.eventsourcing.shredding`: personal fields sealed per subject (AES-GCM),
   forgotten by deleting the subject's key;
 - :mod:`~riverbed.eventsourcing.shop`: the shop's carts;
 - :mod:`~riverbed.eventsourcing.errors`: one hierarchy, rooted at
   :class:`EventSourcingError`.
 
-Everything here so far is sans-IO; the Kafka client comes in with the command processor.
+Everything but the processor is sans-IO; the processor is a Kafka client (confluent-kafka).
 """
 
 from riverbed.eventsourcing.decider import Decider, Rejection
