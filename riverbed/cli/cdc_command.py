@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import signal
 import sys
 from typing import Any
 
@@ -32,6 +31,7 @@ from riverbed.cli.arguments import (
 )
 from riverbed.cli.errors import CliError
 from riverbed.cli.output import print_table
+from riverbed.cli.stopping import StopSignals
 
 __all__ = ["add_parser"]
 
@@ -139,66 +139,51 @@ def _run(args: argparse.Namespace) -> int:
             f"invalid --slot {slot!r}: lower-case letters, digits and _ only, at most 63",
             exit_code=2,
         )
-    stop = _Stop()
     timeout_s = args.connect_timeout_ms / 1000
 
     def say(line: str) -> None:
         print(f"riverbed cdc: {line}", file=sys.stderr, flush=True)
 
-    try:
-        keys = parse_keys(args.key)
-        if args.method == "trigger":
-            run_trigger_capture(
-                TriggerCaptureConfig(
+    with StopSignals() as stop:
+        try:
+            keys = parse_keys(args.key)
+            if args.method == "trigger":
+                run_trigger_capture(
+                    TriggerCaptureConfig(
+                        dsn=args.dsn,
+                        bootstrap=args.bootstrap,
+                        prefix=args.prefix,
+                        tables=tables,
+                        name=slot,
+                        keys=keys,
+                        snapshot=args.snapshot,
+                        poll_ms=args.poll_ms,
+                        drop=args.drop_slot,
+                        partitions=args.partitions,
+                        connect_timeout_s=timeout_s,
+                    ),
+                    say=say,
+                    stopping=stop.requested,
+                )
+            else:
+                config = LogCaptureConfig(
                     dsn=args.dsn,
                     bootstrap=args.bootstrap,
                     prefix=args.prefix,
                     tables=tables,
-                    name=slot,
-                    keys=keys,
+                    slot=slot,
+                    publication=args.publication or slot,
                     snapshot=args.snapshot,
-                    poll_ms=args.poll_ms,
-                    drop=args.drop_slot,
+                    keys=keys,
+                    heartbeat_ms=args.heartbeat_ms,
+                    drop_slot=args.drop_slot,
                     partitions=args.partitions,
                     connect_timeout_s=timeout_s,
-                ),
-                say=say,
-                stopping=stop.requested,
-            )
-        else:
-            config = LogCaptureConfig(
-                dsn=args.dsn,
-                bootstrap=args.bootstrap,
-                prefix=args.prefix,
-                tables=tables,
-                slot=slot,
-                publication=args.publication or slot,
-                snapshot=args.snapshot,
-                keys=keys,
-                heartbeat_ms=args.heartbeat_ms,
-                drop_slot=args.drop_slot,
-                partitions=args.partitions,
-                connect_timeout_s=timeout_s,
-            )
-            run_log_capture(config, say=say, stopping=stop.requested)
-    except CdcError as e:
-        raise CliError(str(e)) from None
-    return 0
-
-
-class _Stop:
-    """SIGTERM and SIGINT ask the capture to stop cleanly."""
-
-    def __init__(self) -> None:
-        self._requested = False
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, self._handle)
-
-    def _handle(self, signum: int, frame: object) -> None:
-        self._requested = True
-
-    def requested(self) -> bool:
-        return self._requested
+                )
+                run_log_capture(config, say=say, stopping=stop.requested)
+        except CdcError as e:
+            raise CliError(str(e)) from None
+        return 0
 
 
 def _status(args: argparse.Namespace) -> int:

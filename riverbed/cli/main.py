@@ -14,6 +14,7 @@ from riverbed.cli import (
     broker_command,
     cdc_command,
     consume_command,
+    es_command,
     groups_command,
     pipeline_command,
     produce_command,
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     groups_command.add_parser(commands)
     transactions_command.add_parser(commands)
     cdc_command.add_parser(commands)
+    es_command.add_parser(commands)
     pipeline_command.add_parser(commands)
     workload_command.add_parser(commands)
     return parser

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import argparse
 import math
-import signal
 import sys
 import time
 from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
 from riverbed.cli.arguments import (
@@ -31,6 +29,7 @@ from riverbed.cli.arguments import (
 )
 from riverbed.cli.confluent import connect_admin, kafka_errors
 from riverbed.cli.errors import CliError
+from riverbed.cli.stopping import StopSignals
 from riverbed.workloads import ConfigError, WorkloadError
 from riverbed.workloads.oltp import OpKind
 from riverbed.workloads.playback import PlaybackConfig, Summary, format_ts, run_shop
@@ -169,7 +168,7 @@ def _run_shop(args: argparse.Namespace) -> int:
             f"event time, not {shop.event_rate:g} (--event-rate): after the first hour, event "
             f"time runs slower (about 300 users per event/s)"
         )
-    with _Stop() as stop:
+    with StopSignals() as stop:
         try:
             summary = run_shop(shop, playback, stopping=stop.requested, say=_say)
         except ConfigError as e:
@@ -199,29 +198,6 @@ def _describe(summary: Summary, *, database: bool) -> str:
 
 def _say(line: str) -> None:
     print(f"riverbed workload: {line}", file=sys.stderr, flush=True)
-
-
-class _Stop:
-    """SIGTERM and SIGINT ask the workload to stop cleanly (the old handlers come back)."""
-
-    def __init__(self) -> None:
-        self._requested = False
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> _Stop:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        self._requested = True
-
-    def requested(self) -> bool:
-        return self._requested
 
 
 def _non_negative_float(text: str) -> float:

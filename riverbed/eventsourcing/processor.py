@@ -18,6 +18,11 @@ processor that lost P cannot commit P's offsets, KIP-447) and by its transaction
 (``GROUP-INSTANCE``: a restarted instance aborts its predecessor's open transaction at
 once; another instance taking over waits at most ``transaction_timeout_ms`` for it).
 
+Instances are static group members (``group.instance.id``, KIP-345): a restarted instance
+takes its partitions back without waiting for its dead predecessor's session to time out;
+the price is that one stopped for good keeps its partitions until then (librdkafka's
+``session.timeout.ms``, 45 s), as a static member sends no LeaveGroup.
+
 A transaction that fails (the broker gone, fenced by a rebalance) is aborted, and the
 processor rebuilds its partitions from the topics and goes on from the committed offsets.
 
@@ -51,8 +56,9 @@ from riverbed.eventsourcing.handling import DomainTypes
 from riverbed.eventsourcing.messages import StreamFormat
 from riverbed.eventsourcing.partition import CommandPartition
 from riverbed.eventsourcing.shredding import Keyring
+from riverbed.eventsourcing.topics import Topics
 
-__all__ = ["CommandProcessor", "ProcessorConfig", "ProcessorError", "Topics"]
+__all__ = ["CommandProcessor", "ProcessorConfig", "ProcessorError"]
 
 _LOG = logging.getLogger("riverbed.eventsourcing.librdkafka")
 """librdkafka's log of the processor's clients (the errors it acts on come as exceptions)."""
@@ -64,17 +70,6 @@ E = TypeVar("E")
 
 class ProcessorError(EventSourcingError):
     """The processor cannot go on (no broker, fenced for good, topics that do not match)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Topics:
-    """The topics of one event-sourced aggregate type."""
-
-    commands: str
-    events: str
-    results: str
-    snapshots: str
-    keys: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,7 +133,9 @@ class CommandProcessor(Generic[S, C, E]):
         try:
             existing = admin.list_topics(timeout=self.config.timeout_s).topics
         except KafkaException as e:
-            raise ProcessorError(f"no broker at {self.config.bootstrap}: {e}") from None
+            raise ProcessorError(
+                f"no broker at {self.config.bootstrap}: {e.args[0].str()}"
+            ) from None
         forever = {"retention.ms": "-1"}
         compacted = {"cleanup.policy": "compact", "min.compaction.lag.ms": "3600000"}
         wanted = {
@@ -191,6 +188,9 @@ class CommandProcessor(Generic[S, C, E]):
             self._client(
                 **{
                     "group.id": self.config.group_id,
+                    # Static membership (KIP-345): a restarted instance takes its partitions
+                    # back at once, instead of after the dead one's session times out.
+                    "group.instance.id": f"{self.config.group_id}-{self.config.instance_id}",
                     "enable.auto.commit": False,
                     "auto.offset.reset": "earliest",
                     "isolation.level": "read_committed",

@@ -26,11 +26,13 @@ from riverbed.eventsourcing.decider import Decider, Rejection
 from riverbed.eventsourcing.errors import MessageError
 from riverbed.eventsourcing.handling import Aggregate, DomainTypes
 from riverbed.eventsourcing.messages import Command, Event, StreamFormat
+from riverbed.eventsourcing.topics import Topics
 
 __all__ = [
     "CARTS",
     "FORMAT",
     "PERSONAL_FIELDS",
+    "TOPICS",
     "TYPES",
     "AddItem",
     "CartState",
@@ -44,6 +46,15 @@ __all__ = [
 
 FORMAT = StreamFormat(id_field="cart_id")
 """The carts' topics: keys ``{"cart_id"}``."""
+
+TOPICS = Topics(
+    commands="shop.carts.commands",
+    events="shop.carts.events",
+    results="shop.carts.results",
+    snapshots="shop.carts.snapshots",
+    keys="shop.keys",
+)
+"""The contract's topic names."""
 
 PERSONAL_FIELDS: dict[str, tuple[str, ...]] = {"CheckedOut": ("shipping_address",)}
 """Event data fields encrypted with the user's key."""
