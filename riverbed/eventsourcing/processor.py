@@ -231,10 +231,10 @@ class CommandProcessor(Generic[S, C, E]):
             for message in batch:
                 partition, offset = message.partition(), message.offset()
                 assert partition is not None and offset is not None
-                offsets[partition] = offset + 1
                 state = self.partitions.get(partition)
-                if state is None:  # revoked in this poll: not ours to answer
+                if state is None:  # revoked in this poll: the new owner answers it
                     continue
+                offsets[partition] = offset + 1
                 try:
                     handled = state.handle(message.value())
                 except MessageError as e:
