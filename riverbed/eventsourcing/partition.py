@@ -26,7 +26,7 @@ transaction; if that transaction aborts, it restores the partition from the topi
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -74,7 +74,6 @@ class CommandPartition(Generic[S, C, E]):
     keyring: Keyring
     personal: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Event type -> its data fields sealed with the subject's key."""
-    new_key: Callable[[], bytes] = new_key
     aggregates: dict[str, Aggregate[S]] = field(default_factory=dict)
     results: dict[str, Result] = field(default_factory=dict)
 
@@ -136,7 +135,7 @@ class CommandPartition(Generic[S, C, E]):
             return event
         sealing = self.keyring.sealing_key(subject)
         if sealing is None:
-            sealing = new_key_id(), self.new_key()
+            sealing = new_key_id(), new_key()
             self.keyring.add(subject, *sealing)
             new_keys.append(subject)
         key_id, key = sealing
