@@ -40,8 +40,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from riverbed.cdc.changes import POSITION_HEADER, Position, Record
 from riverbed.cdc.errors import CaptureError
+from riverbed.client.partitioner import murmur2_partition
 
-__all__ = ["STATE_TOPIC", "Publisher", "murmur2_partition"]
+__all__ = ["STATE_TOPIC", "Publisher"]
 
 _LOG = logging.getLogger("riverbed.cdc.librdkafka")
 """librdkafka's log of the publisher's clients: Python shows its warnings and errors and,
@@ -54,37 +55,6 @@ like Kafka Connect's ``connect-offsets``)."""
 
 READ_BACK = 1000
 """How many records per partition are read back at first to find the last position."""
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's murmur2 (``org.apache.kafka.common.utils.Utils.murmur2``), unsigned."""
-    m, seed = 0x5BD1E995, 0x9747B28C
-    length = len(data)
-    h = (seed ^ length) & 0xFFFFFFFF
-    whole = length - length % 4
-    for i in range(0, whole, 4):
-        k = int.from_bytes(data[i : i + 4], "little")
-        k = (k * m) & 0xFFFFFFFF
-        k ^= k >> 24
-        k = (k * m) & 0xFFFFFFFF
-        h = ((h * m) & 0xFFFFFFFF) ^ k
-    tail = data[whole:]
-    if len(tail) == 3:
-        h ^= tail[2] << 16
-    if len(tail) >= 2:
-        h ^= tail[1] << 8
-    if tail:
-        h ^= tail[0]
-        h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 15
-    return h
-
-
-def murmur2_partition(key: bytes, partitions: int) -> int:
-    """The partition Kafka's default partitioner picks for ``key``."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 @dataclass(slots=True)

@@ -1,12 +1,11 @@
 """Reading a topic to its end, and the table a changelog describes: what the tests, the
 benchmarks and ``make demo`` check a broker's or a pipeline's output with.
 
-:func:`read_to_end` reads every record of a topic's partitions with librdkafka, from the
-beginning of each partition to its end: the high watermark, or for ``read_committed`` (the
-default, as in librdkafka) the last stable offset, where librdkafka reports the end of
-the partition (``enable.partition.eof``). :func:`count_to_end` counts them without keeping
-them. A read that does not reach the end in ``timeout_s``, or any other consumer error,
-raises :class:`TopicReadError`.
+:func:`read_to_end` keeps every record of a topic's partitions, from the beginning of each
+partition to its end, as :func:`riverbed.client.reading.read_to_end` reads them (the high
+watermark, or for ``read_committed`` the last stable offset); :func:`count_to_end` counts
+them without keeping them. A read that does not reach the end in ``timeout_s``, or any
+other consumer error, raises :class:`TopicReadError`.
 
 :func:`last_values` folds a changelog into its table: the last value per key, a tombstone
 (``None``) removing the key, as a compacted topic keeps it.
@@ -14,13 +13,14 @@ raises :class:`TopicReadError`.
 
 from __future__ import annotations
 
-import logging
-import time
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Message
+
+from riverbed.client.reading import READ_COMMITTED, READ_UNCOMMITTED, TopicReadError
+from riverbed.client.reading import read_to_end as _read
 
 __all__ = [
     "READ_COMMITTED",
@@ -32,21 +32,8 @@ __all__ = [
     "read_to_end",
 ]
 
-READ_COMMITTED = "read_committed"
-READ_UNCOMMITTED = "read_uncommitted"
-_BATCH = 10_000  # messages a consume() call may return
-_WAIT_S = 0.1  # consume() waits for all _BATCH messages or this long: keep it short
-
-_LIBRDKAFKA = logging.getLogger("riverbed.testing.librdkafka")
-"""librdkafka's log of the reader's consumers: with no logging configured, Python prints its
-warnings and errors to stderr and drops the rest (INFO lines such as "Purging ...")."""
-
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
-
-
-class TopicReadError(RuntimeError):
-    """A topic could not be read to its end: a consumer error, or no end within the timeout."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,7 +78,8 @@ def read_to_end(
             )
         )
 
-    _read(bootstrap, topic, partitions, isolation, timeout_s, keep)
+    _read(bootstrap, topic, keep, partitions=_first(partitions), isolation=isolation,
+          timeout_s=timeout_s)  # fmt: skip
     return records
 
 
@@ -110,7 +98,8 @@ def count_to_end(
         nonlocal seen
         seen += 1
 
-    _read(bootstrap, topic, partitions, isolation, timeout_s, count)
+    _read(bootstrap, topic, count, partitions=_first(partitions), isolation=isolation,
+          timeout_s=timeout_s)  # fmt: skip
     return seen
 
 
@@ -126,54 +115,5 @@ def last_values(changes: Iterable[tuple[K, V | None]]) -> dict[K, V]:
     return table
 
 
-def _read(
-    bootstrap: str,
-    topic: str,
-    partitions: int | None,
-    isolation: str,
-    timeout_s: float,
-    each: Callable[[Message], Any],
-) -> None:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "logger": _LIBRDKAFKA,
-            "group.id": "riverbed-testing-reader",  # assign() only: no membership, no commits
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": isolation,
-            # A Fetch left waiting when the consumer closes keeps the broker's connection
-            # open that long; and librdkafka pauses fetching for 1 s whenever its local queue
-            # is full, which a Python loop fills quickly (BENCHMARKS.md).
-            "fetch.wait.max.ms": 50,
-            "fetch.queue.backoff.ms": 10,
-        }
-    )
-    try:
-        if partitions is None:
-            metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-            if metadata is None or metadata.error is not None:
-                return
-            partitions = len(metadata.partitions)
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        at_end: set[int] = set()
-        seen = 0
-        deadline = time.monotonic() + timeout_s
-        while len(at_end) < partitions:
-            if time.monotonic() > deadline:
-                raise TopicReadError(
-                    f"{topic}: no end of partitions {sorted(set(range(partitions)) - at_end)} "
-                    f"within {timeout_s} s ({seen} records read)"
-                )
-            for message in consumer.consume(num_messages=_BATCH, timeout=_WAIT_S):
-                error, partition = message.error(), message.partition()
-                if error is None:
-                    at_end.discard(partition or 0)  # more came after the end we saw
-                    seen += 1
-                    each(message)
-                elif error.code() == KafkaError._PARTITION_EOF and partition is not None:
-                    at_end.add(partition)
-                else:
-                    raise TopicReadError(f"{topic}: {error}")
-    finally:
-        consumer.close()
+def _first(partitions: int | None) -> range | None:
+    return None if partitions is None else range(partitions)

@@ -1,4 +1,4 @@
-"""The partition of a key (riverbed.cdc.publisher.murmur2_partition) is the one Kafka's Java
+"""The partition of a key (riverbed.client.partitioner.murmur2_partition) is the one Kafka's Java
 default partitioner picks: checked against Kafka's own test vectors and against librdkafka's
 Java-compatible ``murmur2`` partitioner producing to a real broker."""
 
@@ -11,7 +11,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from riverbed.broker import Broker
-from riverbed.cdc.publisher import murmur2, murmur2_partition
+from riverbed.client.partitioner import murmur2, murmur2_partition
 
 PARTITIONS = 7
 
