@@ -69,15 +69,7 @@ def _run(args: argparse.Namespace) -> int:
         partitions=args.partitions,
         timeout_s=args.connect_timeout_ms / 1000,
     )
-    processor = CommandProcessor(
-        config,
-        carts.TOPICS,
-        decider=carts.CARTS,
-        types=carts.TYPES,
-        format=carts.FORMAT,
-        personal=carts.PERSONAL_FIELDS,
-        say=say,
-    )
+    processor = CommandProcessor(config, carts.CART_TYPE, say=say)
     with StopSignals() as stop:
         try:
             processor.run(stopping=stop.requested)

@@ -23,7 +23,17 @@ from typing import Any
 
 from riverbed.eventsourcing.errors import MessageError
 
-__all__ = ["Command", "Event", "Result", "StreamFormat", "dumps"]
+__all__ = [
+    "Command",
+    "Event",
+    "Result",
+    "StreamFormat",
+    "count_field",
+    "dumps",
+    "loads_object",
+    "maybe_text_field",
+    "text_field",
+]
 
 ACCEPTED = "accepted"
 REJECTED = "rejected"
@@ -93,13 +103,13 @@ class StreamFormat:
         return self.key(command.aggregate_id), dumps(self.document(command))
 
     def decode_command(self, value: bytes | None) -> Command:
-        fields = _object(value, "command")
+        fields = loads_object(value, "command")
         return Command(
-            command_id=_text(fields, "command_id"),
-            type=_text(fields, "type"),
-            aggregate_id=_text(fields, self.id_field),
-            user_id=_maybe_text(fields, "user_id"),
-            expected_version=_maybe_count(fields, "expected_version"),
+            command_id=text_field(fields, "command_id"),
+            type=text_field(fields, "type"),
+            aggregate_id=text_field(fields, self.id_field),
+            user_id=maybe_text_field(fields, "user_id"),
+            expected_version=maybe_count_field(fields, "expected_version"),
             data=_data(fields),
             ts=_integer(fields, "ts"),
         )
@@ -107,26 +117,26 @@ class StreamFormat:
     def command_ids(self, value: bytes | None) -> tuple[str, str]:
         """The command id and aggregate id of a command record that may be malformed
         otherwise (to answer it), or a :class:`MessageError` if it has none."""
-        fields = _object(value, "command")
-        return _text(fields, "command_id"), _text(fields, self.id_field)
+        fields = loads_object(value, "command")
+        return text_field(fields, "command_id"), text_field(fields, self.id_field)
 
     def encode_event(self, event: Event) -> tuple[bytes, bytes]:
         return self.key(event.aggregate_id), dumps(self.document(event))
 
     def decode_event(self, value: bytes | None) -> Event:
-        fields = _object(value, "event")
-        version = _count(fields, "version")
-        schema = _count(fields, "schema")
+        fields = loads_object(value, "event")
+        version = count_field(fields, "version")
+        schema = count_field(fields, "schema")
         if version < 1 or schema < 1:
             raise MessageError(f"an event's version and schema start at 1: {version}, {schema}")
         return Event(
-            event_id=_text(fields, "event_id"),
-            aggregate_id=_text(fields, self.id_field),
-            user_id=_maybe_text(fields, "user_id"),
+            event_id=text_field(fields, "event_id"),
+            aggregate_id=text_field(fields, self.id_field),
+            user_id=maybe_text_field(fields, "user_id"),
             version=version,
-            type=_text(fields, "type"),
+            type=text_field(fields, "type"),
             data=_data(fields),
-            command_id=_text(fields, "command_id"),
+            command_id=text_field(fields, "command_id"),
             ts=_integer(fields, "ts"),
             schema=schema,
         )
@@ -135,21 +145,21 @@ class StreamFormat:
         return dumps({"command_id": result.command_id}), dumps(self.document(result))
 
     def decode_result(self, value: bytes | None) -> Result:
-        fields = _object(value, "result")
-        status = _text(fields, "status")
+        fields = loads_object(value, "result")
+        status = text_field(fields, "status")
         if status not in (ACCEPTED, REJECTED):
             raise MessageError(f"status must be {ACCEPTED!r} or {REJECTED!r}, not {status!r}")
-        version = _count(fields, "version")
+        version = count_field(fields, "version")
         return Result(
-            command_id=_text(fields, "command_id"),
-            aggregate_id=_text(fields, self.id_field),
+            command_id=text_field(fields, "command_id"),
+            aggregate_id=text_field(fields, self.id_field),
             status=status,
             version=version,
-            reason=_maybe_text(fields, "reason"),
+            reason=maybe_text_field(fields, "reason"),
         )
 
 
-def _object(value: bytes | None, what: str) -> dict[str, Any]:
+def loads_object(value: bytes | None, what: str) -> dict[str, Any]:
     if value is None:
         raise MessageError(f"a {what} with no value (a tombstone)")
     try:
@@ -161,11 +171,11 @@ def _object(value: bytes | None, what: str) -> dict[str, Any]:
     return document
 
 
-def _maybe_text(fields: dict[str, Any], name: str) -> str | None:
-    return None if fields.get(name) is None else _text(fields, name)
+def maybe_text_field(fields: dict[str, Any], name: str) -> str | None:
+    return None if fields.get(name) is None else text_field(fields, name)
 
 
-def _text(fields: dict[str, Any], name: str) -> str:
+def text_field(fields: dict[str, Any], name: str) -> str:
     value = fields.get(name)
     if not isinstance(value, str) or not value:
         raise MessageError(f"{name!r} must be a non-empty string, not {value!r}")
@@ -179,11 +189,11 @@ def _integer(fields: dict[str, Any], name: str) -> int:
     return value
 
 
-def _maybe_count(fields: dict[str, Any], name: str) -> int | None:
-    return None if fields.get(name) is None else _count(fields, name)
+def maybe_count_field(fields: dict[str, Any], name: str) -> int | None:
+    return None if fields.get(name) is None else count_field(fields, name)
 
 
-def _count(fields: dict[str, Any], name: str) -> int:
+def count_field(fields: dict[str, Any], name: str) -> int:
     value = _integer(fields, name)
     if value < 0:
         raise MessageError(f"{name!r} must be 0 or more, not {value}")

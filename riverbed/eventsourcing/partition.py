@@ -16,6 +16,8 @@ answers each command:
 - otherwise the decider's answer (:func:`~riverbed.eventsourcing.handling.decide`), with
   the personal fields of the events sealed with the subject's key (a new key is made, and
   returned for the key topic, the first time a subject needs one);
+- a command in another partition than murmur2 of its aggregate's key chooses: rejected
+  (``wrong_partition``), since its aggregate's events are not here;
 - a command that is not one at all (no JSON, no command id): nothing to answer, reported.
 
 The processor writes what :meth:`handle` returns, with the consumed offset, in one Kafka
@@ -26,26 +28,24 @@ transaction; if that transaction aborts, it restores the partition from the topi
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from riverbed.eventsourcing.decider import Decider
+from riverbed.client.partitioner import murmur2_partition
+from riverbed.eventsourcing.aggregate_type import AggregateType
 from riverbed.eventsourcing.errors import MessageError
-from riverbed.eventsourcing.handling import Aggregate, DomainTypes, decide, replay
-from riverbed.eventsourcing.messages import REJECTED, Event, Result, StreamFormat
-from riverbed.eventsourcing.shredding import (
-    Keyring,
-    new_key,
-    new_key_id,
-    open_fields,
-    seal_fields,
-)
+from riverbed.eventsourcing.handling import Aggregate, decide, replay
+from riverbed.eventsourcing.messages import REJECTED, Event, Result
+from riverbed.eventsourcing.shredding import Keyring, new_key, new_key_id, opened, seal_fields
 
-__all__ = ["INVALID_COMMAND", "CommandPartition", "Handled"]
+__all__ = ["INVALID_COMMAND", "WRONG_PARTITION", "CommandPartition", "Handled"]
 
 INVALID_COMMAND = "invalid_command"
 """The reason given for a command whose fields are not the contract's."""
+WRONG_PARTITION = "wrong_partition"
+"""The reason given for a command sent to another partition than the one Kafka's Java
+clients choose for its aggregate's key (whose events live there): its sender partitions
+otherwise. Its result's version is 0: this partition does not know the aggregate."""
 
 S = TypeVar("S")
 C = TypeVar("C")
@@ -68,20 +68,18 @@ class Handled:
 class CommandPartition(Generic[S, C, E]):
     """One commands-topic partition's aggregates and decided command ids."""
 
-    decider: Decider[S, C, E]
-    types: DomainTypes[C, E]
-    format: StreamFormat
+    kind: AggregateType[S, C, E]
     keyring: Keyring
-    personal: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    """Event type -> its data fields sealed with the subject's key."""
+    number: int = 0
+    """This partition's number ..."""
+    count: int = 1
+    """... of this many partitions of the commands topic."""
     aggregates: dict[str, Aggregate[S]] = field(default_factory=dict)
     results: dict[str, Result] = field(default_factory=dict)
 
     def aggregate(self, aggregate_id: str) -> Aggregate[S]:
         found = self.aggregates.get(aggregate_id)
-        if found is None:
-            found = Aggregate(aggregate_id=aggregate_id, state=self.decider.initial, version=0)
-        return found
+        return self.kind.initial(aggregate_id) if found is None else found
 
     def restore_snapshot(self, aggregate: Aggregate[S]) -> None:
         """Start ``aggregate``'s replay from a snapshot (before its later events)."""
@@ -94,7 +92,7 @@ class CommandPartition(Generic[S, C, E]):
         if event.version <= current.version:
             return
         self.aggregates[event.aggregate_id] = replay(
-            self.decider, self.types, current, [self.opened(event)]
+            self.kind.decider, self.kind.types, current, [self.opened(event)]
         )
 
     def restore_result(self, result: Result) -> None:
@@ -103,25 +101,24 @@ class CommandPartition(Generic[S, C, E]):
 
     def opened(self, event: Event) -> Event:
         """``event`` with its personal fields opened (``None`` for a forgotten subject)."""
-        fields = self.personal.get(event.type, ())
-        if not fields or event.user_id is None:
-            return event
-        keys = self.keyring.keys_of(event.user_id)
-        data = open_fields(event.data, fields, keys=keys, subject=event.user_id)
-        return dataclasses.replace(event, data=data)
+        return opened(event, self.kind.personal, self.keyring)
 
     def handle(self, value: bytes | None) -> Handled:
         """The answer to one command record (see the module docstring); raises
         :class:`~riverbed.eventsourcing.errors.MessageError` only for a record with no
         readable command id and aggregate id, which cannot be answered."""
         try:
-            command = self.format.decode_command(value)
+            command = self.kind.format.decode_command(value)
         except MessageError:
             return self._invalid(value)
         earlier = self.results.get(command.command_id)
         if earlier is not None:
             return Handled(result=earlier, events=[], new_keys=[], duplicate=True)
-        decision = decide(self.decider, self.types, self.aggregate(command.aggregate_id), command)
+        if self._elsewhere(command.aggregate_id):
+            return self._rejected(command.command_id, command.aggregate_id, WRONG_PARTITION)
+        decision = decide(
+            self.kind.decider, self.kind.types, self.aggregate(command.aggregate_id), command
+        )
         new_keys: list[str] = []
         events = [self._sealed(event, new_keys) for event in decision.events]
         self.aggregates[command.aggregate_id] = decision.aggregate
@@ -129,7 +126,7 @@ class CommandPartition(Generic[S, C, E]):
         return Handled(result=decision.result, events=events, new_keys=new_keys, duplicate=False)
 
     def _sealed(self, event: Event, new_keys: list[str]) -> Event:
-        fields = self.personal.get(event.type, ())
+        fields = self.kind.personal.get(event.type, ())
         subject = event.user_id
         if not fields or subject is None:
             return event
@@ -145,16 +142,25 @@ class CommandPartition(Generic[S, C, E]):
     def _invalid(self, value: bytes | None) -> Handled:
         """A rejected result for a record that names its command and aggregate but is not
         a valid command; a MessageError for one that does not name them."""
-        command_id, aggregate_id = self.format.command_ids(value)
+        command_id, aggregate_id = self.kind.format.command_ids(value)
         earlier = self.results.get(command_id)
         if earlier is not None:
             return Handled(result=earlier, events=[], new_keys=[], duplicate=True)
+        reason = WRONG_PARTITION if self._elsewhere(aggregate_id) else INVALID_COMMAND
+        return self._rejected(command_id, aggregate_id, reason)
+
+    def _elsewhere(self, aggregate_id: str) -> bool:
+        """Whether the aggregate's events live in another partition than this one."""
+        key = self.kind.format.key(aggregate_id)
+        return self.count > 1 and murmur2_partition(key, self.count) != self.number
+
+    def _rejected(self, command_id: str, aggregate_id: str, reason: str) -> Handled:
         result = Result(
             command_id=command_id,
             aggregate_id=aggregate_id,
             status=REJECTED,
-            version=self.aggregate(aggregate_id).version,
-            reason=INVALID_COMMAND,
+            version=0 if reason == WRONG_PARTITION else self.aggregate(aggregate_id).version,
+            reason=reason,
         )
         self.results[command_id] = result
         return Handled(result=result, events=[], new_keys=[], duplicate=False)

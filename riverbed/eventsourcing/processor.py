@@ -26,16 +26,29 @@ the price is that one stopped for good keeps its partitions until then (librdkaf
 A transaction that fails (the broker gone, fenced by a rebalance) is aborted, and the
 processor rebuilds its partitions from the topics and goes on from the committed offsets.
 
-Not yet: snapshots (a partition is rebuilt from its first event), and checking that a
-command sits in the partition murmur2 of its key names (senders must partition as Kafka's
-Java clients do; ``riverbed es send`` will).
+**Snapshots.** Every ``snapshot_every`` events of a cart, the processor writes the cart's
+state with the offset of its last event to the compacted snapshots topic (partition P, in
+the next transaction: an event's offset is known once it is written). A partition is
+restored from its carts' latest snapshots plus the events after them: events a snapshot
+includes are skipped unread (by key and offset). The partition is still scanned from its
+start, since a cart with fewer events than ``snapshot_every`` has no snapshot.
+
+**Keys.** The processor follows the key topic while it runs: a key record that lacks a
+key this processor holds for its subject (another processor made a first key for the same
+user at the same time) is answered with the union, in the next transaction
+(:mod:`~riverbed.eventsourcing.shredding`).
+
+A command must sit in the partition Kafka's Java clients would choose for its aggregate's
+key (murmur2 of the compact JSON key, :mod:`riverbed.client.partitioner`): its aggregate's
+events live there. One that does not is rejected as ``wrong_partition``.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -48,15 +61,13 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from riverbed.eventsourcing.decider import Decider
+from riverbed.client.reading import TopicReadError, read_to_end
+from riverbed.eventsourcing.aggregate_type import AggregateType, Snapshot
 from riverbed.eventsourcing.errors import EventSourcingError, MessageError
-from riverbed.eventsourcing.handling import DomainTypes
-from riverbed.eventsourcing.messages import StreamFormat
 from riverbed.eventsourcing.partition import CommandPartition
-from riverbed.eventsourcing.shredding import Keyring
-from riverbed.eventsourcing.topics import Topics
+from riverbed.eventsourcing.shredding import Keyring, subject_of_key
+from riverbed.eventsourcing.topics import ensure_topics
 
 __all__ = ["CommandProcessor", "ProcessorConfig", "ProcessorError"]
 
@@ -79,9 +90,11 @@ class ProcessorConfig:
     instance_id: str = "1"
     """Part of the transactional id: give each instance its own, and the same on restart."""
     partitions: int = 3
-    """Of the commands, events and results topics, when this creates them."""
+    """Of the commands, events, results and snapshots topics, when this creates them."""
     max_batch: int = 500
     """Commands per transaction at most."""
+    snapshot_every: int = 100
+    """A cart's snapshot every this many of its events (0: none)."""
     transaction_timeout_ms: int = 10_000
     """How long an instance's open transaction may block the others after it dies (Kafka's
     default is 60 s; a shorter one lets another instance take over sooner)."""
@@ -91,11 +104,30 @@ class ProcessorConfig:
 
 
 @dataclass(slots=True)
-class _Counts:
+class Counts:
     accepted: int = 0
     rejected: int = 0
     duplicates: int = 0
     unreadable: int = 0
+    snapshots: int = 0
+
+    def add(self, other: Counts) -> None:
+        self.accepted += other.accepted
+        self.rejected += other.rejected
+        self.duplicates += other.duplicates
+        self.unreadable += other.unreadable
+        self.snapshots += other.snapshots
+
+
+@dataclass(slots=True)
+class _Owned(Generic[S, C, E]):
+    """An owned partition: its state, and its carts' snapshots (written and due)."""
+
+    state: CommandPartition[S, C, E]
+    snapshotted: dict[str, int] = field(default_factory=dict)
+    """Aggregate id -> the version of its latest snapshot."""
+    due: list[Snapshot[S]] = field(default_factory=list)
+    """Snapshots to write in the next transaction."""
 
 
 class CommandProcessor(Generic[S, C, E]):
@@ -104,73 +136,39 @@ class CommandProcessor(Generic[S, C, E]):
     def __init__(
         self,
         config: ProcessorConfig,
-        topics: Topics,
+        kind: AggregateType[S, C, E],
         *,
-        decider: Decider[S, C, E],
-        types: DomainTypes[C, E],
-        format: StreamFormat,
-        personal: Mapping[str, tuple[str, ...]],
         say: Callable[[str], None],
     ) -> None:
         self.config = config
-        self.topics = topics
-        self.decider, self.types, self.format, self.personal = decider, types, format, personal
+        self.kind = kind
+        self.topics = kind.topics
         self.say = say
         self.keyring = Keyring()
-        self.partitions: dict[int, CommandPartition[S, C, E]] = {}
-        self.counts = _Counts()
+        self.owned: dict[int, _Owned[S, C, E]] = {}
+        self.partition_count = 0
+        self.counts = Counts()
+        self._repairs: set[str] = set()  # subjects whose key record must be written again
+        self._keys_end = 0  # the offset after the last key record read
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
+        self._keys: Consumer | None = None
+
+    @property
+    def partitions(self) -> dict[int, CommandPartition[S, C, E]]:
+        """The owned partitions' states."""
+        return {number: owned.state for number, owned in self.owned.items()}
 
     def _client(self, **settings: Any) -> dict[str, Any]:
         return {"bootstrap.servers": self.config.bootstrap, "logger": _LOG, **self.config.extra,
                 **settings}  # fmt: skip
 
-    def ensure_topics(self) -> None:
-        """Create the topics that are missing; the commands and events topics must have the
-        same partition count."""
-        admin = AdminClient(self._client())
-        try:
-            existing = admin.list_topics(timeout=self.config.timeout_s).topics
-        except KafkaException as e:
-            raise ProcessorError(
-                f"no broker at {self.config.bootstrap}: {e.args[0].str()}"
-            ) from None
-        forever = {"retention.ms": "-1"}
-        compacted = {"cleanup.policy": "compact", "min.compaction.lag.ms": "3600000"}
-        wanted = {
-            self.topics.commands: (self.config.partitions, {}),
-            self.topics.events: (self.config.partitions, forever),
-            self.topics.results: (self.config.partitions, {}),
-            self.topics.snapshots: (self.config.partitions, compacted),
-            self.topics.keys: (1, compacted),
-        }
-        missing = [
-            NewTopic(name, num_partitions=n, replication_factor=1, config=settings)
-            for name, (n, settings) in wanted.items()
-            if name not in existing
-        ]
-        for name, future in (admin.create_topics(missing) if missing else {}).items():
-            try:
-                future.result(self.config.timeout_s)
-            except KafkaException as e:
-                if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise ProcessorError(f"cannot create {name}: {e.args[0].str()}") from None
-        counts = {
-            name: len(meta.partitions)
-            for name, meta in admin.list_topics(timeout=self.config.timeout_s).topics.items()
-            if name in wanted
-        }
-        aligned = (self.topics.commands, self.topics.events, self.topics.results)
-        if len({counts.get(name) for name in aligned}) != 1:
-            raise ProcessorError(
-                "the commands, events and results topics must have the same partition count: "
-                + ", ".join(f"{name} {counts.get(name)}" for name in aligned)
-            )
-
     def run(self, *, stopping: Callable[[], bool]) -> None:
         """Process commands until ``stopping()``."""
-        self.ensure_topics()
+        self.partition_count = ensure_topics(
+            self._client(), self.topics, partitions=self.config.partitions,
+            timeout_s=self.config.timeout_s,
+        )  # fmt: skip
         producer = Producer(
             self._client(
                 **{
@@ -198,7 +196,18 @@ class CommandProcessor(Generic[S, C, E]):
                 }
             )
         )
-        self._consumer, self._producer = consumer, producer
+        keys = Consumer(
+            self._client(
+                **{
+                    "group.id": f"{self.config.group_id}-keys",  # assign() only
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_committed",
+                    "fetch.wait.max.ms": 100,
+                }
+            )
+        )
+        self._consumer, self._producer, self._keys = consumer, producer, keys
+        self._read_keys()
         consumer.subscribe([self.topics.commands], on_assign=self._assigned,
                            on_revoke=self._revoked, on_lost=self._revoked)  # fmt: skip
         self.say(f"processing {self.topics.commands} as {self.config.group_id}")
@@ -210,44 +219,69 @@ class CommandProcessor(Generic[S, C, E]):
                     error = message.error()
                     if error is not None and error.fatal():
                         raise ProcessorError(f"consumer: {error.str()}")
-                if batch:
+                self._follow_keys()
+                if batch or self._repairs or any(o.due for o in self.owned.values()):
                     self._process(batch)
         finally:
             consumer.close()
+            keys.close()
             producer.flush(self.config.timeout_s)
             c = self.counts
             self.say(
                 f"stopped: {c.accepted} accepted, {c.rejected} rejected, {c.duplicates} "
-                f"re-sent, {c.unreadable} unreadable"
+                f"re-sent, {c.unreadable} unreadable, {c.snapshots} snapshots"
             )
 
     def _process(self, batch: list[Message]) -> None:
         assert self._producer is not None and self._consumer is not None
         producer, consumer = self._producer, self._consumer
-        counts = _Counts()
+        counts = Counts()
+        offsets_of: dict[str, int] = {}  # event id -> its offset, once delivered
+
+        def delivered(event_id: str) -> Callable[[KafkaError | None, Message], None]:
+            def report(error: KafkaError | None, message: Message) -> None:
+                offset = message.offset()
+                if error is None and offset is not None:
+                    offsets_of[event_id] = offset
+
+            return report
+
+        touched: dict[int, set[str]] = {}
         try:
             producer.begin_transaction()
+            for subject in sorted(self._repairs):
+                key, value = self.keyring.record(subject, created_ts=_now_ms())
+                producer.produce(self.topics.keys, key=key, value=value)
+            for number, owned in self.owned.items():
+                for snapshot in owned.due:
+                    key, value = self.kind.encode_snapshot(snapshot)
+                    producer.produce(self.topics.snapshots, key=key, value=value,
+                                     partition=number)  # fmt: skip
+                counts.snapshots += len(owned.due)
             offsets: dict[int, int] = {}
             for message in batch:
                 partition, offset = message.partition(), message.offset()
                 assert partition is not None and offset is not None
-                state = self.partitions.get(partition)
-                if state is None:  # revoked in this poll: the new owner answers it
+                owned_now = self.owned.get(partition)
+                if owned_now is None:  # revoked in this poll: the new owner answers it
                     continue
                 offsets[partition] = offset + 1
                 try:
-                    handled = state.handle(message.value())
+                    handled = owned_now.state.handle(message.value())
                 except MessageError as e:
                     counts.unreadable += 1
                     self.say(f"skipped {self.topics.commands}/{partition}@{offset}: {e}")
                     continue
                 for subject in handled.new_keys:
-                    key, value = self.keyring.record(subject, created_ts=int(time.time() * 1000))
+                    key, value = self.keyring.record(subject, created_ts=_now_ms())
                     producer.produce(self.topics.keys, key=key, value=value)
                 for event in handled.events:
-                    key, value = self.format.encode_event(event)
-                    producer.produce(self.topics.events, key=key, value=value, partition=partition)
-                key, value = self.format.encode_result(handled.result)
+                    key, value = self.kind.format.encode_event(event)
+                    producer.produce(self.topics.events, key=key, value=value,
+                                     partition=partition,
+                                     on_delivery=delivered(event.event_id))  # fmt: skip
+                    touched.setdefault(partition, set()).add(event.aggregate_id)
+                key, value = self.kind.format.encode_result(handled.result)
                 producer.produce(self.topics.results, key=key, value=value, partition=partition)
                 if handled.duplicate:
                     counts.duplicates += 1
@@ -255,10 +289,11 @@ class CommandProcessor(Generic[S, C, E]):
                     counts.accepted += 1
                 else:
                     counts.rejected += 1
-            positions = [TopicPartition(self.topics.commands, p, o) for p, o in offsets.items()]
-            producer.send_offsets_to_transaction(
-                positions, consumer.consumer_group_metadata(), self.config.timeout_s
-            )
+            if offsets:
+                positions = [TopicPartition(self.topics.commands, p, o) for p, o in offsets.items()]
+                producer.send_offsets_to_transaction(
+                    positions, consumer.consumer_group_metadata(), self.config.timeout_s
+                )
             producer.commit_transaction(self.config.timeout_s)
         except KafkaException as e:
             error = e.args[0]
@@ -269,22 +304,42 @@ class CommandProcessor(Generic[S, C, E]):
                 producer.abort_transaction(self.config.timeout_s)
             except KafkaException as abort_error:
                 raise ProcessorError(f"cannot abort: {abort_error.args[0].str()}") from None
-            self._restore(list(self.partitions))
-            self._rewind(list(self.partitions))
+            self._read_keys()  # the keys made in that transaction were not written
+            self._restore(list(self.owned))
+            self._rewind(list(self.owned))
             return
-        self.counts.accepted += counts.accepted
-        self.counts.rejected += counts.rejected
-        self.counts.duplicates += counts.duplicates
-        self.counts.unreadable += counts.unreadable
+        producer.poll(0)  # serve the delivery reports commit_transaction left
+        self._repairs.clear()
+        for owned in self.owned.values():
+            owned.due.clear()
+        self._snapshots_due(touched, offsets_of)
+        self.counts.add(counts)
+
+    def _snapshots_due(self, touched: dict[int, set[str]], offsets_of: dict[str, int]) -> None:
+        """The snapshots of the carts that reached a multiple of ``snapshot_every`` events
+        in the transaction just committed, for the next one."""
+        every = self.config.snapshot_every
+        if every <= 0:
+            return
+        for number, aggregate_ids in touched.items():
+            owned = self.owned.get(number)
+            if owned is None:
+                continue
+            for aggregate_id in aggregate_ids:
+                aggregate = owned.state.aggregates[aggregate_id]
+                last = owned.snapshotted.get(aggregate_id, 0)
+                offset = offsets_of.get(f"{aggregate_id}:{aggregate.version}")
+                if aggregate.version // every > last // every and offset is not None:
+                    owned.due.append(Snapshot(aggregate=aggregate, offset=offset))
+                    owned.snapshotted[aggregate_id] = aggregate.version
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        owned = [tp.partition for tp in partitions]
-        self._restore(owned)
-        self.say(f"assigned {self.topics.commands} partitions {sorted(self.partitions)}")
+        self._restore([tp.partition for tp in partitions])
+        self.say(f"assigned {self.topics.commands} partitions {sorted(self.owned)}")
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
-            self.partitions.pop(tp.partition, None)
+            self.owned.pop(tp.partition, None)
 
     def _rewind(self, owned: list[int]) -> None:
         """Seek the consumer back to the committed offsets of ``owned``."""
@@ -294,57 +349,100 @@ class CommandProcessor(Generic[S, C, E]):
             offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
             self._consumer.seek(TopicPartition(self.topics.commands, tp.partition, offset))
 
-    def _restore(self, owned: list[int]) -> None:
-        """Rebuild the key ring and ``owned`` partitions' states from the topics."""
-        self.keyring.keys.clear()  # the partitions' states share this one
-        for message in self._read(self.topics.keys, None):
-            self.keyring.apply(message.key(), message.value())
-        for partition in owned:
-            state: CommandPartition[S, C, E] = CommandPartition(
-                decider=self.decider, types=self.types, format=self.format,
-                keyring=self.keyring, personal=self.personal,
-            )  # fmt: skip
-            for message in self._read(self.topics.events, partition):
-                state.restore_event(self.format.decode_event(message.value()))
-            for message in self._read(self.topics.results, partition):
-                state.restore_result(self.format.decode_result(message.value()))
-            self.partitions[partition] = state
+    def _read_keys(self) -> None:
+        """Read the whole key topic into the key ring, and follow it from its end."""
+        assert self._keys is not None
+        self.keyring.keys.clear()
+        self._repairs.clear()
+        self._keys_end = 0
 
-    def _read(self, topic: str, partition: int | None) -> list[Message]:
-        """Every committed record of ``topic`` (one partition, or all), to its end."""
-        reader = Consumer(
-            self._client(
-                **{
-                    "group.id": f"{self.config.group_id}-restore",  # assign() only
-                    "enable.auto.commit": False,
-                    "enable.partition.eof": True,
-                    "isolation.level": "read_committed",
-                    "fetch.wait.max.ms": 50,
-                }
-            )
-        )
+        def apply(message: Message) -> None:
+            self._apply_key(message)
+
+        self._read(self.topics.keys, None, apply)
+        self._keys.assign([TopicPartition(self.topics.keys, 0, self._keys_end)])
+
+    def _follow_keys(self) -> None:
+        assert self._keys is not None
+        for message in self._keys.consume(num_messages=1000, timeout=0):
+            error = message.error()
+            if error is None:
+                self._apply_key(message)
+            elif error.fatal():
+                raise ProcessorError(f"key topic: {error.str()}")
+
+    def _apply_key(self, message: Message) -> None:
+        self._keys_end = max(self._keys_end, (message.offset() or 0) + 1)
         try:
-            if partition is None:
-                metadata = reader.list_topics(topic, timeout=self.config.timeout_s)
-                wanted = list(metadata.topics[topic].partitions)
-            else:
-                wanted = [partition]
-            reader.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in wanted])
-            messages: list[Message] = []
-            at_end: set[int] = set()
-            deadline = time.monotonic() + self.config.timeout_s
-            while len(at_end) < len(wanted):
-                if time.monotonic() > deadline:
-                    raise ProcessorError(f"cannot read {topic} to its end")
-                for message in reader.consume(num_messages=1000, timeout=0.2):
-                    error = message.error()
-                    if error is None:
-                        at_end.discard(message.partition() or 0)
-                        messages.append(message)
-                    elif error.code() == KafkaError._PARTITION_EOF:
-                        at_end.add(message.partition() or 0)
-                    else:
-                        raise ProcessorError(f"cannot read {topic}: {error.str()}")
-            return messages
-        finally:
-            reader.close()
+            stale = self.keyring.apply(message.key(), message.value())
+        except MessageError as e:
+            self.say(f"skipped {self.topics.keys}@{message.offset()}: {e}")
+            return
+        if stale:
+            self._repairs.add(subject_of_key(message.key()))
+
+    def _restore(self, owned: list[int]) -> None:
+        """Rebuild ``owned`` partitions' states from the topics."""
+        self.owned.clear()
+        for number in owned:
+            self.owned[number] = self._restored(number)
+
+    def _restored(self, number: int) -> _Owned[S, C, E]:
+        """Partition ``number`` from its carts' snapshots, the events after them and its
+        results."""
+        state: CommandPartition[S, C, E] = CommandPartition(
+            kind=self.kind, keyring=self.keyring, number=number, count=self.partition_count
+        )
+        restored: _Owned[S, C, E] = _Owned(state=state)
+        covered: dict[bytes, int] = {}  # event key -> the offset its snapshot includes
+
+        def snapshot(message: Message) -> None:
+            try:
+                found = self.kind.decode_snapshot(message.value())
+            except MessageError as e:  # derived data: the events are there
+                self.say(f"skipped {self.topics.snapshots}/{number}@{message.offset()}: {e}")
+                return
+            state.restore_snapshot(found.aggregate)
+            restored.snapshotted[found.aggregate.aggregate_id] = found.aggregate.version
+            covered[self.kind.format.key(found.aggregate.aggregate_id)] = found.offset
+
+        def event(message: Message) -> None:
+            if covered.get(message.key() or b"", -1) >= (message.offset() or 0):
+                return
+            with _stopping_at(message):
+                state.restore_event(self.kind.format.decode_event(message.value()))
+
+        def result(message: Message) -> None:
+            with _stopping_at(message):
+                state.restore_result(self.kind.format.decode_result(message.value()))
+
+        self._read(self.topics.snapshots, number, snapshot)
+        self._read(self.topics.events, number, event)
+        self._read(self.topics.results, number, result)
+        return restored
+
+    def _read(self, topic: str, partition: int | None, each: Callable[[Message], Any]) -> None:
+        try:
+            read_to_end(
+                self.config.bootstrap, topic, each,
+                partitions=None if partition is None else [partition],
+                timeout_s=self.config.timeout_s,
+                settings={"group.id": f"{self.config.group_id}-restore", **self.config.extra},
+            )  # fmt: skip
+        except TopicReadError as e:
+            raise ProcessorError(f"cannot restore: {e}") from None
+
+
+@contextmanager
+def _stopping_at(message: Message) -> Iterator[None]:
+    """An event or result that cannot be read stops the processor: the topics it rebuilds
+    its partitions from are not what it wrote."""
+    try:
+        yield
+    except EventSourcingError as e:
+        where = f"{message.topic()}/{message.partition()}@{message.offset()}"
+        raise ProcessorError(f"cannot restore from {where}: {e}") from None
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import json
 import os
 import secrets
@@ -42,7 +43,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from riverbed.eventsourcing.errors import MessageError
-from riverbed.eventsourcing.messages import dumps
+from riverbed.eventsourcing.messages import Event, dumps
 
 __all__ = [
     "ALGORITHM",
@@ -51,7 +52,9 @@ __all__ = [
     "new_key",
     "new_key_id",
     "open_fields",
+    "opened",
     "seal_fields",
+    "subject_of_key",
 ]
 
 ALGORITHM = "A256GCM"
@@ -123,6 +126,17 @@ def open_fields(
     return opened
 
 
+def opened(event: Event, personal: Mapping[str, Iterable[str]], keyring: Keyring) -> Event:
+    """``event`` with its personal fields (``personal``: event type -> fields) opened with
+    its subject's keys in ``keyring`` (``None`` for a forgotten subject)."""
+    fields = personal.get(event.type, ())
+    if not fields or event.user_id is None:
+        return event
+    keys = keyring.keys_of(event.user_id)
+    data = open_fields(event.data, fields, keys=keys, subject=event.user_id)
+    return dataclasses.replace(event, data=data)
+
+
 @dataclass(slots=True)
 class Keyring:
     """The subjects' key sets, as the key topic holds them (see the module docstring)."""
@@ -147,7 +161,7 @@ class Keyring:
     def apply(self, key: bytes | None, value: bytes | None) -> bool:
         """One record of the key topic, in log order. True if it lacks a key this keyring
         holds for its subject: then :meth:`record` must be written again (the union)."""
-        subject = _subject(key)
+        subject = subject_of_key(key)
         if value is None:
             self.keys.pop(subject, None)
             return False
@@ -176,7 +190,8 @@ class Keyring:
         return dumps({"user_id": subject}), None
 
 
-def _subject(key: bytes | None) -> str:
+def subject_of_key(key: bytes | None) -> str:
+    """The subject a key record's key ``{"user_id"}`` names."""
     try:
         subject = json.loads(key) if key is not None else None
         user = subject.get("user_id") if isinstance(subject, dict) else None

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from riverbed.eventsourcing import Aggregate, Command, MessageError, ReplayError, decide, replay
-from riverbed.eventsourcing.shop.carts import CARTS, TYPES, CartState, state_document
+from riverbed.eventsourcing.shop.carts import CART_TYPE, CARTS, TYPES, CartState
 
 EMPTY = Aggregate(aggregate_id="cart-1", state=CARTS.initial, version=0)
 
@@ -43,7 +43,7 @@ def test_a_cart_adds_removes_and_checks_out() -> None:
         command("CheckOut", {"shipping_address": "1 Main St"}, n=5, expected=4),
     )
     assert results == [("accepted", v, None) for v in range(1, 6)]
-    assert state_document(cart) == {
+    assert CART_TYPE.document(cart) == {
         "cart_id": "cart-1", "user_id": "u1", "version": 5, "items": {"p1": 3},
         "checked_out": True,
     }  # fmt: skip

@@ -8,17 +8,19 @@ from typing import Any
 
 import pytest
 
+from riverbed.client.partitioner import murmur2_partition
 from riverbed.eventsourcing import Event, MessageError, Result
 from riverbed.eventsourcing.partition import CommandPartition, Handled
-from riverbed.eventsourcing.shop.carts import CARTS, FORMAT, PERSONAL_FIELDS, TYPES, CartState
+from riverbed.eventsourcing.shop.carts import CART_TYPE, FORMAT, CartState
 from riverbed.eventsourcing.shredding import Keyring, is_sealed
 
 
-def partition(keyring: Keyring | None = None) -> CommandPartition[CartState, Any, Any]:
+def partition(
+    keyring: Keyring | None = None, *, number: int = 0, count: int = 1
+) -> CommandPartition[CartState, Any, Any]:
     return CommandPartition(
-        decider=CARTS, types=TYPES, format=FORMAT, keyring=keyring or Keyring(),
-        personal=PERSONAL_FIELDS,
-    )  # fmt: skip
+        kind=CART_TYPE, keyring=keyring or Keyring(), number=number, count=count
+    )
 
 
 def record(command_id: str, type_: str, data: dict[str, Any], **fields: Any) -> bytes:
@@ -113,3 +115,17 @@ def test_a_forgotten_users_events_still_replay() -> None:
         forgotten.restore_event(event)
     assert forgotten.aggregates == live.aggregates
     assert forgotten.opened(events[1]).data == {"shipping_address": None}
+
+
+def test_a_command_in_another_partition_than_its_cart_s_is_rejected() -> None:
+    home = murmur2_partition(FORMAT.key("cart-1"), 3)
+    elsewhere = partition(number=(home + 1) % 3, count=3)
+    wrong = elsewhere.handle(ADD)
+    assert (wrong.result.status, wrong.result.reason, wrong.result.version) == (
+        "rejected", "wrong_partition", 0,
+    )  # fmt: skip
+    assert wrong.events == [] and elsewhere.aggregates == {}
+    malformed = elsewhere.handle(record("c9", "AddItem", {}))
+    assert malformed.result.reason == "wrong_partition"
+    at_home = partition(number=home, count=3).handle(ADD)
+    assert (at_home.result.status, at_home.result.version) == ("accepted", 1)

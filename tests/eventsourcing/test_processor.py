@@ -3,6 +3,7 @@ a stream of conflicting commands for the same carts, a rebalance mid-stream."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -11,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from riverbed.eventsourcing.processor import CommandProcessor, ProcessorConfig
-from riverbed.eventsourcing.shop.carts import CARTS, FORMAT, PERSONAL_FIELDS, TYPES
+from riverbed.eventsourcing.shop.carts import CART_TYPE
 from riverbed.eventsourcing.topics import Topics
 from tests.support.brokers import BrokerProcess
 from tests.support.carts import check_the_log, commands, send, wait_for_answers
@@ -31,8 +32,7 @@ class Running:
         self.error: BaseException | None = None
         self.processor = CommandProcessor(
             ProcessorConfig(bootstrap=bootstrap, group_id="carts", instance_id=instance),
-            TOPICS, decider=CARTS, types=TYPES, format=FORMAT, personal=PERSONAL_FIELDS,
-            say=self.lines.append,
+            dataclasses.replace(CART_TYPE, topics=TOPICS), say=self.lines.append,
         )  # fmt: skip
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()

@@ -22,14 +22,16 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from riverbed.eventsourcing.aggregate_type import AggregateType
 from riverbed.eventsourcing.decider import Decider, Rejection
 from riverbed.eventsourcing.errors import MessageError
-from riverbed.eventsourcing.handling import Aggregate, DomainTypes
+from riverbed.eventsourcing.handling import DomainTypes
 from riverbed.eventsourcing.messages import Command, Event, StreamFormat
 from riverbed.eventsourcing.topics import Topics
 
 __all__ = [
     "CARTS",
+    "CART_TYPE",
     "FORMAT",
     "PERSONAL_FIELDS",
     "TOPICS",
@@ -41,7 +43,6 @@ __all__ = [
     "ItemAdded",
     "ItemRemoved",
     "RemoveItem",
-    "state_document",
 ]
 
 FORMAT = StreamFormat(id_field="cart_id")
@@ -187,13 +188,29 @@ TYPES: DomainTypes[CartCommand, CartEvent] = DomainTypes(
 )
 
 
-def state_document(cart: Aggregate[CartState]) -> dict[str, Any]:
-    """The contract's cart state: ``{"cart_id", "user_id", "version", "items",
-    "checked_out"}``."""
-    return {
-        "cart_id": cart.aggregate_id,
-        "user_id": cart.subject,
-        "version": cart.version,
-        "items": dict(sorted(cart.state.items.items())),
-        "checked_out": cart.state.checked_out,
-    }
+def _state_fields(state: CartState) -> dict[str, Any]:
+    return {"items": dict(sorted(state.items.items())), "checked_out": state.checked_out}
+
+
+def _state_of(document: Mapping[str, Any]) -> CartState:
+    items, checked_out = document.get("items"), document.get("checked_out")
+    if not isinstance(items, dict) or not isinstance(checked_out, bool):
+        raise MessageError(f"not a cart state: {dict(document)!r:.200}")
+    for product_id, quantity in items.items():
+        if not isinstance(quantity, int) or isinstance(quantity, bool) or quantity < 1:
+            raise MessageError(f"cart line {product_id!r}: quantity {quantity!r}")
+    return CartState(items=MappingProxyType(dict(items)), checked_out=checked_out)
+
+
+CART_TYPE: AggregateType[CartState, CartCommand, CartEvent] = AggregateType(
+    name="carts",
+    decider=CARTS,
+    types=TYPES,
+    format=FORMAT,
+    topics=TOPICS,
+    state_fields=_state_fields,
+    state_of=_state_of,
+    personal=PERSONAL_FIELDS,
+)
+"""The carts, as the processor, the readers and the projections take them. A cart's state
+document is the contract's ``{"cart_id", "user_id", "version", "items", "checked_out"}``."""
