@@ -19,6 +19,7 @@ from typing import Any
 __all__ = [
     "Approval",
     "approvals",
+    "cart_removals",
     "category_sales",
     "enriched_click",
     "fraud_alerts",
@@ -37,6 +38,8 @@ FRAUD_WINDOW_MS = 10 * MINUTE_MS  # fraud_alerts: "within the 10 minutes (event 
 MIN_DECLINES = 3  # fraud_alerts: "3 or more declined payments"
 PROFILE = ("name", "country", "tier")  # enriched_clicks: "click fields + name, country, tier"
 APPROVED, DECLINED = "approved", "declined"
+HOUR_MS = 60 * MINUTE_MS  # cart_removals: "1-hour tumbling event-time window"
+ITEM_REMOVED = "ItemRemoved"  # cart_removals: "count ItemRemoved events"
 
 
 def page_views_per_minute(page_views: Iterable[Mapping[str, Any]]) -> list[Row]:
@@ -204,3 +207,19 @@ def fraud_alerts(payments: Iterable[Mapping[str, Any]]) -> list[Row]:
     older, the boundary included; payments of another status are left out
     (:func:`approvals`). In :func:`approvals`' order."""
     return [a.alert for a in approvals(payments) if a.alert is not None]
+
+
+def cart_removals(cart_events: Iterable[Mapping[str, Any]]) -> list[Row]:
+    """``cart_removals``: "count ``ItemRemoved`` events per (product_id, 1-hour window of the
+    ``ItemRemoved`` event's ``ts``)"; ``cart_events`` are ``shop.carts.events``' values
+    (DESIGN.md, "Event sourcing"), of every type: the other types count nowhere. All of
+    them: which events come too late is the test's to say."""
+    counts = Counter(
+        (e["ts"] - e["ts"] % HOUR_MS, e["data"]["product_id"])
+        for e in cart_events
+        if e["type"] == ITEM_REMOVED
+    )
+    return [
+        {"window_start": start, "window_end": start + HOUR_MS, "product_id": product, "removals": n}
+        for (start, product), n in counts.items()
+    ]
