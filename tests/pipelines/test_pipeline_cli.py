@@ -38,6 +38,8 @@ def test_list_describes_every_pipeline() -> None:
     assert "\ncategory_sales\n  reads:  shop.public.orders, shop.public.products\n" in result.stdout
     assert "\nenriched_clicks\n  reads:  clicks, shop.public.users\n" in result.stdout
     assert "  writes: fraud_alerts, fraud_alerts_late\n" in result.stdout
+    assert "\ncart_removals\n  reads:  shop.carts.events\n" in result.stdout
+    assert "  writes: cart_removals, cart_removals_late\n" in result.stdout
 
 
 def test_an_unknown_pipeline(broker_process: BrokerProcess, tmp_path: Path) -> None:
@@ -46,9 +48,9 @@ def test_an_unknown_pipeline(broker_process: BrokerProcess, tmp_path: Path) -> N
     )
     assert result.returncode == 1
     assert result.stderr.strip() == (
-        "riverbed pipeline: no pipeline 'nope'; the pipelines are: category_sales, "
-        "enriched_clicks, fraud_alerts, page_views_per_minute, page_views_sliding, search_ctr, "
-        "user_sessions"
+        "riverbed pipeline: no pipeline 'nope'; the pipelines are: cart_removals, "
+        "category_sales, enriched_clicks, fraud_alerts, page_views_per_minute, "
+        "page_views_sliding, search_ctr, user_sessions"
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from riverbed.pipelines.pipeline import Pipeline
 from riverbed.pipelines.shop import (
+    cart_removals,
     category_sales,
     enriched_clicks,
     fraud_alerts,
@@ -15,6 +16,7 @@ from riverbed.pipelines.shop import (
     search_ctr,
     user_sessions,
 )
+from riverbed.pipelines.shop.contract import CART_EVENTS_TOPIC
 
 __all__ = ["PIPELINES"]
 
@@ -85,6 +87,16 @@ PIPELINES: dict[str, Pipeline] = {
             inputs=("payments",),
             outputs=("fraud_alerts", "fraud_alerts_late"),
             build=fraud_alerts.build,
+        ),
+        Pipeline(
+            name="cart_removals",
+            description="from the event-sourced carts: per product and tumbling 1-hour "
+            "event-time window, how many times the product was removed from a cart before "
+            "checkout (its ItemRemoved events), each window written once complete; removals "
+            "too late for their window go to cart_removals_late",
+            inputs=(CART_EVENTS_TOPIC,),
+            outputs=("cart_removals", "cart_removals_late"),
+            build=cart_removals.build,
         ),
     )
 }
