@@ -1,13 +1,15 @@
 """``riverbed workload shop``: the shop workload — events into topics, writes into PostgreSQL.
 
 Produces DESIGN.md's shop events (``page_views``, ``searches``, ``clicks``, ``payments``:
-out of order, with late stragglers, sessions, card-testing bursts) to the broker and, with
-``--dsn``, writes the shop's tables (``users``, ``products``, ``orders``) interleaved with
-them by event time. Same ``--seed`` and ``--start-ms``, same data. It stops after
-``--events`` events, or at SIGTERM or Ctrl-C (cleanly: everything sent is acknowledged,
-everything due is committed), and prints one summary line on stdout. See
-:mod:`riverbed.workloads.shop` for what the data looks like, :mod:`riverbed.workloads.playback`
-for how it is written.
+out of order, with late stragglers, sessions, card-testing bursts) and the commands of the
+event-sourced carts (``shop.carts.commands``, ``--cart-rate``: shoppers' sessions with racing
+clients, invalid commands and retries) to the broker and, with ``--dsn``, writes the shop's
+tables (``users``, ``products``, ``orders``), all interleaved by event time. Same ``--seed``
+and ``--start-ms``, same data. It stops after ``--events`` events, or at SIGTERM or Ctrl-C
+(cleanly: everything sent is acknowledged, everything due is committed), and prints one
+summary line on stdout. See :mod:`riverbed.workloads.shop` for what the data looks like,
+:mod:`riverbed.workloads.cart_commands` for the carts, :mod:`riverbed.workloads.playback` for
+how it is written.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from riverbed.cli.confluent import connect_admin, kafka_errors
 from riverbed.cli.errors import CliError
 from riverbed.cli.stopping import StopSignals
 from riverbed.workloads import ConfigError, WorkloadError
+from riverbed.workloads.cart_commands import Intent
 from riverbed.workloads.oltp import OpKind
 from riverbed.workloads.playback import PlaybackConfig, Summary, format_ts, run_shop
 from riverbed.workloads.shop import ShopConfig, sustainable_rate
@@ -41,6 +44,9 @@ DEFAULTS = ShopConfig()
 DEFAULT_EVENTS = 100_000
 DEFAULT_RATE = 1000.0
 """Events per second of wall time: 100,000 events take 100 s, a stream to watch."""
+DEFAULT_CART_RATE = 0.2
+"""A cart every 5 s of event time: about one command a second beside the default 20 events
+(one of them a payment); the library's default is none (ShopConfig.cart_rate)."""
 
 
 def add_parser(commands: Any) -> None:
@@ -54,10 +60,11 @@ def add_parser(commands: Any) -> None:
     shop = add_command(
         workloads,
         "shop",
-        "the shop: page views, searches, clicks, payments; users, products, orders",
+        "the shop: page views, searches, clicks, payments; cart commands; users, products, orders",
         "Produce the shop's events (page_views, searches, clicks, payments: out of order, some "
-        "very late) and, with --dsn, write its tables (users, products, orders) in PostgreSQL, "
-        "until --events events or SIGTERM/Ctrl-C.",
+        "very late) and its carts' commands (shop.carts.commands), and, with --dsn, write its "
+        "tables (users, products, orders) in PostgreSQL, until --events events or "
+        "SIGTERM/Ctrl-C.",
     )
     add_connection_arguments(shop)
     shop.add_argument("--dsn", help="PostgreSQL URL or key=value DSN: also write the tables")
@@ -130,7 +137,46 @@ def add_parser(commands: Any) -> None:
         "database operations per second of event time, after the initial load",
         note="with --dsn",
     )
-    add_number(shop, "--partitions", positive_int, 1, "partitions of the topics it creates")
+    add_number(
+        shop,
+        "--cart-rate",
+        _non_negative_float,
+        DEFAULT_CART_RATE,
+        "carts opened per second of event time, their commands to shop.carts.commands; 0: none",
+    )
+    add_number(
+        shop,
+        "--cart-conflict-fraction",
+        _fraction(1.0),
+        DEFAULTS.cart_conflict_fraction,
+        "share of the carts' accepted commands a second client races with the same "
+        "expected_version (one gets version_conflict)",
+        metavar="F",
+    )
+    add_number(
+        shop,
+        "--cart-invalid-fraction",
+        _fraction(1.0),
+        DEFAULTS.cart_invalid_fraction,
+        "chance, before each command of a cart and after its last, of one the cart refuses",
+        metavar="F",
+    )
+    add_number(
+        shop,
+        "--cart-resend-fraction",
+        _fraction(1.0),
+        DEFAULTS.cart_resend_fraction,
+        "share of cart commands sent again with the same command_id (a client's retry)",
+        metavar="F",
+    )
+    add_number(
+        shop,
+        "--partitions",
+        positive_int,
+        1,
+        "partitions of the topics it creates",
+        note="riverbed es run carts needs as many in shop.carts.commands",
+    )
     shop.set_defaults(run=kafka_errors(_run_shop))
 
 
@@ -149,6 +195,10 @@ def _run_shop(args: argparse.Namespace) -> int:
             late_by_ms=args.late_by_ms,
             fraud_fraction=args.fraud_fraction,
             oltp_rate=args.oltp_rate,
+            cart_rate=args.cart_rate,
+            cart_conflict_fraction=args.cart_conflict_fraction,
+            cart_invalid_fraction=args.cart_invalid_fraction,
+            cart_resend_fraction=args.cart_resend_fraction,
         )
     except ConfigError as e:
         raise CliError(str(e), exit_code=2) from None
@@ -175,12 +225,13 @@ def _run_shop(args: argparse.Namespace) -> int:
             raise CliError(str(e), exit_code=2) from None
         except WorkloadError as e:
             raise CliError(str(e)) from None
-    print(_describe(summary, database=args.dsn is not None), flush=True)
+    print(_describe(summary, database=args.dsn is not None, carts=shop.cart_rate > 0), flush=True)
     return 0
 
 
-def _describe(summary: Summary, *, database: bool) -> str:
-    """The summary line: events per topic, stragglers, event time, operations, rate."""
+def _describe(summary: Summary, *, database: bool, carts: bool) -> str:
+    """The summary line: events per topic, stragglers, event time, operations, cart
+    commands, rate."""
     topics = ", ".join(f"{topic} {count}" for topic, count in summary.per_topic.items())
     line = f"riverbed workload: {summary.events} events ({topics}; "
     line += f"{summary.stragglers} late stragglers)"
@@ -191,6 +242,13 @@ def _describe(summary: Summary, *, database: bool) -> str:
         line += (
             f", {sum(ops.values())} database operations ({ops[OpKind.INSERT]} inserts, "
             f"{ops[OpKind.UPDATE]} updates, {ops[OpKind.DELETE]} deletes)"
+        )
+    if carts:
+        sent = summary.commands
+        line += (
+            f", {sum(sent.values())} cart commands for {summary.carts} carts "
+            f"({sent[Intent.RIVAL]} racing, {sent[Intent.INVALID]} invalid, "
+            f"{sent[Intent.RESEND]} re-sent)"
         )
     rate = summary.events / summary.elapsed_s if summary.elapsed_s > 0 else 0.0
     return line + f", in {summary.elapsed_s:.1f} s ({rate:.0f} events/s)"

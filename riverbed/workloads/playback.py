@@ -3,16 +3,18 @@
 :func:`run_shop` runs once per ``riverbed workload shop``, on the calling thread:
 
 1. creates the topics that are missing (``page_views``, ``searches``, ``clicks``,
-   ``payments``; ``PlaybackConfig.partitions`` each, the broker's other defaults) and, with a
-   DSN, the tables that are missing (``CREATE TABLE IF NOT EXISTS public.users`` ...,
-   DESIGN.md's schemas);
+   ``payments``, and with a ``cart_rate`` ``shop.carts.commands``; ``PlaybackConfig.
+   partitions`` each, the broker's other defaults) and, with a DSN, the tables that are
+   missing (``CREATE TABLE IF NOT EXISTS public.users`` ..., DESIGN.md's schemas);
 2. with a DSN, applies the initial load (the cast's users and products), in one
    transaction, before the first event;
 3. sends the events in arrival order with an idempotent ``acks=all`` producer (JSON keys and
    values, partitioned by murmur2 of the key as Kafka's Java clients do), at most ``rate``
    per second of wall time; before each event it applies the operations whose event time the
    stream has reached, in transactions of at most :data:`MAX_BATCH` operations committed at
-   least every :data:`COMMIT_INTERVAL_S`;
+   least every :data:`COMMIT_INTERVAL_S`, and sends the cart commands whose ``at_ms`` it has
+   reached (:mod:`riverbed.workloads.cart_commands`; same producer, so a cart's commands
+   stay in order in its partition);
 4. stops after ``events`` events, or when ``stopping()`` says so, then commits what is left
    and waits for every event to be acknowledged.
 
@@ -27,7 +29,7 @@ import datetime
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,9 +37,10 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from riverbed.workloads import ConfigError, WorkloadError
+from riverbed.workloads.cart_commands import COMMANDS_TOPIC, CartCommand, Intent, commands
 from riverbed.workloads.database import ShopDatabase
 from riverbed.workloads.oltp import Operation, OpKind, operations
-from riverbed.workloads.shop import TOPICS, Event, ShopConfig, events
+from riverbed.workloads.shop import TOPICS, ShopConfig, events
 
 __all__ = [
     "COMMIT_INTERVAL_S",
@@ -81,6 +84,10 @@ class Summary:
     per_topic: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOPICS, 0))
     stragglers: int = 0
     operations: dict[OpKind, int] = field(default_factory=lambda: dict.fromkeys(OpKind, 0))
+    commands: dict[Intent, int] = field(default_factory=lambda: dict.fromkeys(Intent, 0))
+    """Cart commands sent, by what they were meant to be."""
+    carts: int = 0
+    """Carts that got a command."""
     first_ts: int | None = None
     last_ts: int | None = None
     """The smallest and largest event time sent."""
@@ -101,7 +108,9 @@ def run_shop(
 ) -> Summary:
     """Produce the workload (and write the database, with a DSN); see the module docstring.
 
-    ``say`` gets one line once the topics (and tables) are ready and the events start.
+    ``say`` gets one line once the topics (and tables) are ready and the events start, and
+    one more when it created the carts' commands topic (whose partition count the command
+    processor must share).
     """
     if playback.events < 0:
         raise ConfigError(f"events must be at least 0, not {playback.events}")
@@ -116,7 +125,8 @@ def run_shop(
         else None
     )
     try:
-        producer.ensure_topics(TOPICS, partitions=playback.partitions)
+        topics = (*TOPICS, COMMANDS_TOPIC) if shop.cart_rate > 0 else TOPICS
+        created = producer.ensure_topics(topics, partitions=playback.partitions)
         if database is not None:
             database.create_tables()
         say(
@@ -124,6 +134,12 @@ def run_shop(
             + (" and writing its tables" if database is not None else "")
             + f", event time from {format_ts(shop.start_ms)}"
         )
+        if COMMANDS_TOPIC in created:
+            n = playback.partitions
+            say(
+                f"created {COMMANDS_TOPIC} with {n} partition{'s' if n > 1 else ''}: the "
+                f"command processor needs as many (riverbed es run carts --partitions {n})"
+            )
         return _run(shop, playback, producer, database, stopping, clock)
     finally:
         if database is not None:
@@ -140,6 +156,7 @@ def _run(
 ) -> Summary:
     summary = Summary()
     writes = _Writes(database, operations(shop), summary, clock) if database else None
+    carts = _Commands(commands(shop), producer, summary) if shop.cart_rate > 0 else None
     if writes is not None:
         writes.due(shop.start_ms)
         writes.commit()  # the initial load, before the first event
@@ -155,7 +172,9 @@ def _run(
         progress = max(progress, event.ts)
         if writes is not None:
             writes.due(progress)
-        producer.send(event)
+        if carts is not None:
+            carts.due(progress)
+        producer.send(event.topic, event.key, event.value)
         summary.per_topic[event.topic] += 1
         summary.stragglers += event.straggler
         if summary.first_ts is None or event.ts < summary.first_ts:
@@ -230,7 +249,28 @@ class _Writes:
         self.committed_at = self.clock()
 
 
-def _json(document: dict[str, Any]) -> bytes:
+class _Commands:
+    """The cart commands not yet sent."""
+
+    def __init__(
+        self, stream: Iterator[CartCommand], producer: _EventProducer, summary: Summary
+    ) -> None:
+        self.stream = stream
+        self.next = next(stream)
+        self.producer = producer
+        self.summary = summary
+
+    def due(self, progress: int) -> None:
+        """Send the commands up to event time ``progress``."""
+        while self.next.at_ms <= progress:
+            command = self.next
+            self.producer.send(COMMANDS_TOPIC, command.key, command.value)
+            self.summary.commands[command.intent] += 1
+            self.summary.carts += command.opens_cart
+            self.next = next(self.stream)
+
+
+def _json(document: Mapping[str, Any]) -> bytes:
     return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
 
 
@@ -264,8 +304,9 @@ class _EventProducer:
         except (KafkaException, ValueError) as e:
             raise ConfigError(f"invalid client configuration: {e}") from None
 
-    def ensure_topics(self, topics: Sequence[str], *, partitions: int) -> None:
-        """Create the topics that are missing and wait until they have leaders."""
+    def ensure_topics(self, topics: Sequence[str], *, partitions: int) -> list[str]:
+        """Create the topics that are missing and wait until they have leaders; the topics
+        it created."""
         timeout_s = self._config.connect_timeout_s
         metadata = self._metadata(timeout_s)
         missing = [t for t in topics if t not in metadata.topics or metadata.topics[t].error]
@@ -287,7 +328,7 @@ class _EventProducer:
             metadata = self._metadata(timeout_s)
             waiting = [t for t in topics if t not in metadata.topics or metadata.topics[t].error]
             if not waiting:
-                return
+                return missing
             if time.monotonic() > deadline:
                 raise WorkloadError(f"topics not ready within {timeout_s:g} s: {waiting}")
             time.sleep(0.05)
@@ -301,11 +342,11 @@ class _EventProducer:
                 f"no broker reachable at {self._config.bootstrap} within {timeout_s:g} s: {cause}"
             ) from None
 
-    def send(self, event: Event) -> None:
-        key, value = _json(event.key), _json(event.value)
+    def send(self, topic: str, key: dict[str, str], value: Mapping[str, Any]) -> None:
+        key_bytes, value_bytes = _json(key), _json(value)
         while True:
             try:
-                self._producer.produce(event.topic, key=key, value=value)
+                self._producer.produce(topic, key=key_bytes, value=value_bytes)
                 break
             except BufferError:  # the local queue is full: let acknowledgements drain it
                 self.wait(0.1)

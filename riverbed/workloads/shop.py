@@ -123,6 +123,17 @@ class ShopConfig:
     """The chance, per tick, that a fraudster starts testing a card."""
     oltp_rate: float = 2.0
     """Database operations per second of event time, after the initial load (see oltp)."""
+    cart_rate: float = 0.0
+    """Carts opened per second of event time (see cart_commands); 0: no cart commands."""
+    cart_conflict_fraction: float = 0.05
+    """The share of the carts' accepted commands that a second client races (the same
+    command, its own id, the same ``expected_version``)."""
+    cart_invalid_fraction: float = 0.05
+    """The chance, before each command of a cart and after its last, of a command the cart
+    must refuse."""
+    cart_resend_fraction: float = 0.05
+    """The share of cart commands sent again with the same ``command_id`` (a client's
+    retry)."""
 
     def __post_init__(self) -> None:
         _at_least("users", self.users, 2)
@@ -140,6 +151,11 @@ class ShopConfig:
             raise ConfigError(f"late_fraction must be within [0, 0.5], not {self.late_fraction}")
         if not 0 <= self.fraud_fraction <= 1:
             raise ConfigError(f"fraud_fraction must be within [0, 1], not {self.fraud_fraction}")
+        if not (math.isfinite(self.cart_rate) and self.cart_rate >= 0):
+            raise ConfigError(f"cart_rate must be a number >= 0, not {self.cart_rate}")
+        for name in ("cart_conflict_fraction", "cart_invalid_fraction", "cart_resend_fraction"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ConfigError(f"{name} must be within [0, 1], not {getattr(self, name)}")
 
     def cast(self) -> Cast:
         return Cast.build(

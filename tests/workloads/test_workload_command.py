@@ -11,17 +11,26 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import psycopg2
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from riverbed.cli import workload_command
+from riverbed.client.partitioner import murmur2_partition
+from riverbed.eventsourcing.shop.carts import FORMAT
+from riverbed.eventsourcing.shop.carts import TOPICS as CART_TOPICS
 from riverbed.testing.postgres import PostgresCluster, database
-from riverbed.testing.topic_reader import read_to_end
+from riverbed.testing.topic_reader import count_to_end, read_to_end
+from riverbed.workloads.cart_commands import COMMANDS_TOPIC, Intent, commands
 from riverbed.workloads.oltp import PRIMARY_KEYS, SCHEMAS, OpKind, operations
 from riverbed.workloads.shop import TOPICS, ShopConfig, events
 from tests.support.brokers import BrokerProcess
+from tests.support.cart_workload import check_answers
+from tests.support.carts import check_the_log, wait_for_answers
+from tests.support.cli import ChildProcess
 
 START_MS = 1_767_225_600_000
 SUMMARY = re.compile(
@@ -29,7 +38,10 @@ SUMMARY = re.compile(
     r"searches (?P<searches>\d+), clicks (?P<clicks>\d+), payments (?P<payments>\d+); "
     r"(?P<late>\d+) late stragglers\), event time (?P<first>\S+) to (?P<last>\S+)"
     r"(, (?P<ops>\d+) database operations \((?P<inserts>\d+) inserts, (?P<updates>\d+) "
-    r"updates, (?P<deletes>\d+) deletes\))?, in (?P<seconds>[\d.]+) s \(\d+ events/s\)\n"
+    r"updates, (?P<deletes>\d+) deletes\))?"
+    r"(, (?P<commands>\d+) cart commands for (?P<carts>\d+) carts \((?P<racing>\d+) racing, "
+    r"(?P<invalid>\d+) invalid, (?P<resent>\d+) re-sent\))?"
+    r", in (?P<seconds>[\d.]+) s \(\d+ events/s\)\n"
 )
 
 
@@ -240,3 +252,73 @@ def test_bad_values_are_usage_errors(
         parser.parse_args(["workload", "shop", flag, value])
     assert exit_.value.code == 2
     assert f"error: argument {flag}: {message}: {value!r}" in capsys.readouterr().err
+
+
+def test_the_carts_commands_are_answered_by_the_command_processor(
+    group_broker: BrokerProcess, tmp_path: Path
+) -> None:
+    bootstrap = group_broker.bootstrap
+    processor = ChildProcess.spawn(tmp_path / "es.log", "es", "run", "carts", "--bootstrap",
+                                   bootstrap)  # fmt: skip
+    try:
+        processor.wait_for(r"assigned .* partitions \[0, 1, 2\]")  # it made the topics
+        shares = ("--cart-conflict-fraction", "0.1", "--cart-invalid-fraction", "0.1",
+                  "--cart-resend-fraction", "0.1")  # fmt: skip
+        result = workload("--bootstrap", bootstrap, "--events", "2000", "--rate", "0",
+                          "--seed", "9", "--users", "500", "--products", "40", "--start-ms",
+                          str(START_MS), "--cart-rate", "1", *shares)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert "created shop.carts.commands" not in result.stderr  # the processor's, 3
+        config = ShopConfig(seed=9, users=500, products=40, start_ms=START_MS, cart_rate=1,
+                            cart_conflict_fraction=0.1, cart_invalid_fraction=0.1,
+                            cart_resend_fraction=0.1)  # fmt: skip
+        # The commands whose time the events reached (event time: 20 a second, 100 s).
+        progress = max(e.ts for e in itertools.islice(events(config), 2000))
+        sent = list(itertools.takewhile(lambda c: c.at_ms <= progress, commands(config)))
+        summary = summary_of(result.stdout)
+        intents = (("racing", Intent.RIVAL), ("invalid", Intent.INVALID),
+                   ("resent", Intent.RESEND))  # fmt: skip
+        assert int(summary["commands"]) == len(sent) > 300, summary
+        assert int(summary["carts"]) == sum(c.opens_cart for c in sent) > 60
+        for field, intent in intents:
+            assert int(summary[field]) == sum(c.intent is intent for c in sent) > 10, field
+        records = read_to_end(bootstrap, COMMANDS_TOPIC, timeout_s=30)
+        assert {r.partition for r in records} == {0, 1, 2}
+        for record in records:  # partitioned as Kafka's Java clients do
+            assert record.key is not None
+            assert record.partition == murmur2_partition(record.key, 3)
+        assert sorted((r.key or b"", r.value or b"") for r in records) == sorted(
+            (FORMAT.key(c.cart_id), json.dumps(c.value, separators=(",", ":")).encode())
+            for c in sent
+        )
+        ids = {c.command_id for c in sent}
+        wait_for_answers(bootstrap, CART_TOPICS, len(ids), processor.log, timeout_s=60)
+        deadline = time.monotonic() + 30  # and the retries sent after the last new command
+        while count_to_end(bootstrap, CART_TOPICS.results) < len(sent):
+            assert time.monotonic() < deadline, processor.log()
+            time.sleep(0.2)
+    finally:
+        assert processor.stop() == 0, processor.log()
+    log_events, _ = check_the_log(bootstrap, CART_TOPICS, [c.value for c in sent])
+    answers = read_to_end(bootstrap, CART_TOPICS.results, timeout_s=30)
+    check_answers(sent, [FORMAT.decode_result(r.value) for r in answers])
+    assert len(log_events) == sum(c.intent is Intent.PLAIN for c in sent)
+    assert "Traceback" not in processor.log()
+
+
+def test_cart_commands_can_be_turned_off(broker_process: BrokerProcess) -> None:
+    bootstrap = broker_process.bootstrap
+    quick = ("--bootstrap", bootstrap, "--events", "300", "--rate", "0", "--users", "200")
+    result = workload(*quick, "--cart-rate", "0")
+    assert result.returncode == 0, result.stderr
+    assert "commands" not in summary_of(result.stdout)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    assert COMMANDS_TOPIC not in admin.list_topics(timeout=10).topics
+    result = workload(*quick, "--cart-rate", "2", "--partitions", "2")
+    assert result.returncode == 0, result.stderr
+    assert int(summary_of(result.stdout)["commands"]) > 0
+    assert (
+        "riverbed workload: created shop.carts.commands with 2 partitions: the command "
+        "processor needs as many (riverbed es run carts --partitions 2)\n"
+    ) in result.stderr
+    assert len(admin.list_topics(timeout=10).topics[COMMANDS_TOPIC].partitions) == 2
