@@ -66,6 +66,13 @@ _LIBRDKAFKA_LOG.propagate = False
 C = TypeVar("C")
 
 
+def quiet_settings() -> dict[str, Any]:
+    """librdkafka settings that send its log lines where the tools' go (nowhere): for the
+    clients a tool makes through a library (riverbed.eventsourcing), which reports the
+    errors it acts on itself."""
+    return {"logger": _LIBRDKAFKA_LOG}
+
+
 class _Pollable(Protocol):
     def poll(self, timeout: float = ...) -> Any: ...
 

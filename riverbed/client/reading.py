@@ -16,7 +16,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
 from riverbed.client.errors import ClientError
 
@@ -71,8 +78,8 @@ def read_to_end(
         if partitions is None:
             try:
                 metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-            except Exception as e:  # KafkaException: no broker answered
-                raise TopicReadError(f"{topic}: {e}") from None
+            except KafkaException as e:
+                raise TopicReadError(f"no broker at {bootstrap}: {e.args[0].str()}") from None
             if metadata is None or metadata.error is not None:
                 return
             partitions = range(len(metadata.partitions))
