@@ -53,6 +53,7 @@ from riverbed.workloads.shop import MEAN_THINK_MS, ShopConfig
 __all__ = [
     "CHECKOUT_SHARE",
     "COMMANDS_TOPIC",
+    "COMMAND_PARTITIONS",
     "VALUE_FIELDS",
     "VERSIONED_SHARE",
     "CartCommand",
@@ -62,6 +63,9 @@ __all__ = [
 ]
 
 COMMANDS_TOPIC = "shop.carts.commands"
+COMMAND_PARTITIONS = 3
+"""The commands topic's partitions when the workload creates it: as many as ``riverbed es
+run carts`` gives the topics it creates by default (they must match)."""
 VALUE_FIELDS = ("command_id", "type", "cart_id", "user_id", "expected_version", "data", "ts")
 """DESIGN.md's command fields, in its order."""
 

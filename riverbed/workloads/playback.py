@@ -37,7 +37,13 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from riverbed.workloads import ConfigError, WorkloadError
-from riverbed.workloads.cart_commands import COMMANDS_TOPIC, CartCommand, Intent, commands
+from riverbed.workloads.cart_commands import (
+    COMMAND_PARTITIONS,
+    COMMANDS_TOPIC,
+    CartCommand,
+    Intent,
+    commands,
+)
 from riverbed.workloads.database import ShopDatabase
 from riverbed.workloads.oltp import Operation, OpKind, operations
 from riverbed.workloads.shop import TOPICS, ShopConfig, events
@@ -109,8 +115,9 @@ def run_shop(
     """Produce the workload (and write the database, with a DSN); see the module docstring.
 
     ``say`` gets one line once the topics (and tables) are ready and the events start, and
-    one more when it created the carts' commands topic (whose partition count the command
-    processor must share).
+    one more when it created the carts' commands topic (with :data:`COMMAND_PARTITIONS`,
+    whatever ``playback.partitions`` says: the command processor's events, results and
+    snapshots topics must have as many, and it makes them with 3 unless told otherwise).
     """
     if playback.events < 0:
         raise ConfigError(f"events must be at least 0, not {playback.events}")
@@ -125,8 +132,9 @@ def run_shop(
         else None
     )
     try:
-        topics = (*TOPICS, COMMANDS_TOPIC) if shop.cart_rate > 0 else TOPICS
-        created = producer.ensure_topics(topics, partitions=playback.partitions)
+        created = producer.ensure_topics(TOPICS, partitions=playback.partitions)
+        if shop.cart_rate > 0:  # as many partitions as `riverbed es run carts` makes
+            created += producer.ensure_topics([COMMANDS_TOPIC], partitions=COMMAND_PARTITIONS)
         if database is not None:
             database.create_tables()
         say(
@@ -135,10 +143,9 @@ def run_shop(
             + f", event time from {format_ts(shop.start_ms)}"
         )
         if COMMANDS_TOPIC in created:
-            n = playback.partitions
             say(
-                f"created {COMMANDS_TOPIC} with {n} partition{'s' if n > 1 else ''}: the "
-                f"command processor needs as many (riverbed es run carts --partitions {n})"
+                f"created {COMMANDS_TOPIC} with {COMMAND_PARTITIONS} partitions, as "
+                f"`riverbed es run carts` makes its topics"
             )
         return _run(shop, playback, producer, database, stopping, clock)
     finally:
