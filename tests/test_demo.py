@@ -36,12 +36,19 @@ def test_the_demo_runs_and_every_check_it_prints_holds(tmp_path: Path) -> None:
     # Only riverbed's own lines: no JVM, log4j, PySpark worker or librdkafka noise.
     assert library_noise(out + done.stderr) == []
     assert done.stderr == ""
-    assert out.count("(section took ") == 10  # each section but "try it yourself" times itself
+    assert out.count("(section took ") == 11  # each section but "try it yourself" times itself
     assert "every user's events in order: True" in out
     assert "together 5,000 of 5,000 events, each read once: True" in out
     assert "read_committed reader: 6,000 records (each click once: True)" in out
     assert "read_uncommitted reader: 6,100 records (the aborted junk too)" in out
     assert "__transaction_state-0..49/" in out
+    # The event-sourcing section: accepted and refused commands, history, time travel, forget.
+    assert "AddItem expecting v1     -> rejected (version_conflict), v2" in out
+    assert "AddItem                  -> accepted, v1   # cmd-1 re-sent" in out
+    assert 'v4 CheckedOut   {"shipping_address": "12 Harbour Street, Portsmouth"}' in out
+    assert '"version": 2, "items": {"kettle": 1, "mug": 4}' in out
+    assert 'a replay now reads: v4 CheckedOut {"shipping_address": null}' in out
+    assert "address gone from every read: True; the events all still there: True" in out
     assert "query read 6,000 records of 'clicks'" in out  # the Spark section
     assert "equal to a plain Python count of the topic: True" in out
     # The pipeline section: windows as they arrive, every page view counted or set aside.

@@ -55,7 +55,7 @@ def read_to_end(
     settings: Mapping[str, Any] | None = None,
 ) -> None:
     """Call ``each`` with every record of ``topic``'s ``partitions`` (all of them if None;
-    none if the topic does not exist then), in offset order within each partition, from
+    none if the topic does not exist), in offset order within each partition, from
     ``start[partition]`` (the beginning where not given) to the end. ``settings`` are more
     librdkafka settings (security, ...)."""
     consumer = Consumer(
@@ -75,14 +75,20 @@ def read_to_end(
         }
     )
     try:
+        # The topic's metadata first: it says whether there is such a topic, and without it
+        # librdkafka's first offset query for OFFSET_BEGINNING fails and is retried 500 ms
+        # later (measured: 0.6 s against 0.1 s to read a one-record partition).
+        try:
+            metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        except KafkaException as e:
+            raise TopicReadError(f"no broker at {bootstrap}: {e.args[0].str()}") from None
+        if metadata is None or metadata.error is not None:
+            return
         if partitions is None:
-            try:
-                metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-            except KafkaException as e:
-                raise TopicReadError(f"no broker at {bootstrap}: {e.args[0].str()}") from None
-            if metadata is None or metadata.error is not None:
-                return
             partitions = range(len(metadata.partitions))
+        missing = set(partitions) - set(metadata.partitions)
+        if missing:
+            raise TopicReadError(f"{topic} has no partition {sorted(missing)}")
         wanted = sorted(set(partitions))
         starts = start or {}
         consumer.assign([TopicPartition(topic, p, starts.get(p, OFFSET_BEGINNING)) for p in wanted])

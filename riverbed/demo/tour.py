@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 
 import riverbed.spark
 from riverbed.broker import Broker
-from riverbed.demo import shop_cdc, shop_pipelines
+from riverbed.demo import carts, shop_cdc, shop_pipelines
 from riverbed.demo.clickstream import PARTITIONS, TOPIC, click_events, consume_back, create_topic
 from riverbed.demo.clickstream import produce as produce_clicks
 from riverbed.demo.console import section
@@ -109,6 +109,10 @@ def run(data_dir: Path, *, count: int, shop_seconds: float) -> None:
                 f"exactly once: {TOPIC!r} -> {EOS_TOPIC!r}, one transaction per 5,000 clicks"
             ):
                 copy_exactly_once(bootstrap, total=total + MORE_EVENTS)
+            with section(
+                "event sourcing: the shop's carts, commands decided into events on the log"
+            ):
+                carts.run(bootstrap)
 
             with section("Spark: clicks per page, a streaming query on the riverbed data source"):
                 waited = time.perf_counter()

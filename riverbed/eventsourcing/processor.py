@@ -99,7 +99,7 @@ class ProcessorConfig:
     """How long an instance's open transaction may block the others after it dies (Kafka's
     default is 60 s; a shorter one lets another instance take over sooner)."""
     timeout_s: float = 30
-    extra: Mapping[str, str] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict)
     """librdkafka settings for every client (security, ...)."""
 
 
