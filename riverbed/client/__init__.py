@@ -1,12 +1,17 @@
-"""riverbed.client: riverbed's own small Kafka client, for what confluent-kafka cannot send.
+"""riverbed.client: what riverbed's programs share to talk to Kafka brokers, beside
+confluent-kafka (the project's client).
 
-confluent-kafka is the project's Kafka client. A few requests have no API there: the
+Two modules build on confluent-kafka: ``reading`` reads a topic's partitions to their end
+(``read_to_end``; the event-sourcing processor and readers, the tests, the benchmarks and
+the demo use it), and ``partitioner`` computes the partition Kafka's Java clients choose for
+a key (``murmur2_partition``; the CDC capture and the event-sourcing processor use it).
+
+The rest is riverbed's own small Kafka client, for what confluent-kafka cannot send: the
 transaction admin requests (ListTransactions, DescribeTransactions) that ``riverbed
 transactions`` makes, and the single frames, pipelined requests and raw bytes that the
-broker's wire-level tests send. This package sends those itself. It speaks to any Kafka
-broker (versions are negotiated with ApiVersions), not only to riverbed's. It may import
-``riverbed.protocol`` (whose ``client_codec`` is its codec) and kio, never the broker or the
-log.
+broker's wire-level tests send. It speaks to any Kafka broker (versions are negotiated with
+ApiVersions), not only to riverbed's. It may import ``riverbed.protocol`` (whose
+``client_codec`` is its codec) and kio, never the broker or the log.
 
 - ``BrokerConnection``: one blocking socket to one broker; ``request`` sends a kio request
   and returns the answer's body, ``send``/``receive`` pipeline (``connection``).

@@ -9,19 +9,26 @@ derived from it and can be rebuilt by replaying it (DESIGN.md, "Event sourcing")
 - :mod:`~riverbed.eventsourcing.handling`: the contract's rules around a decider
   (``expected_version``, versions, event ids) and replay;
 - :mod:`~riverbed.eventsourcing.upcasting`: old events read in the current schema;
+- :mod:`~riverbed.eventsourcing.aggregate_type`: one kind of aggregate in one value (its
+  decider, wire types, topics, personal fields, state document and snapshots);
 - :mod:`~riverbed.eventsourcing.partition`: what a command processor holds for one
   partition of the commands topic (aggregates, decided command ids) and how it answers;
 - :mod:`~riverbed.eventsourcing.processor`: the command processor on Kafka (a consumer
   group; each batch's events, results and offsets in one transaction);
+- :mod:`~riverbed.eventsourcing.reader`: an aggregate's history, its state now, after a
+  version or as of a time (time travel), and forgetting a subject;
+- :mod:`~riverbed.eventsourcing.sender`: sending commands and waiting for their results;
 - :mod:`~riverbed.eventsourcing.shredding`: personal fields sealed per subject (AES-GCM),
   forgotten by deleting the subject's key;
 - :mod:`~riverbed.eventsourcing.shop`: the shop's carts;
 - :mod:`~riverbed.eventsourcing.errors`: one hierarchy, rooted at
   :class:`EventSourcingError`.
 
-Everything but the processor is sans-IO; the processor is a Kafka client (confluent-kafka).
+The processor, the reader, the sender and ``topics.ensure_topics`` are Kafka clients
+(confluent-kafka); the rest is sans-IO.
 """
 
+from riverbed.eventsourcing.aggregate_type import AggregateType, Snapshot
 from riverbed.eventsourcing.decider import Decider, Rejection
 from riverbed.eventsourcing.errors import (
     EventSourcingError,
@@ -35,6 +42,7 @@ from riverbed.eventsourcing.upcasting import Upcaster, Upcasters
 
 __all__ = [
     "Aggregate",
+    "AggregateType",
     "Command",
     "Decider",
     "Decision",
@@ -45,6 +53,7 @@ __all__ = [
     "Rejection",
     "ReplayError",
     "Result",
+    "Snapshot",
     "StreamFormat",
     "UpcastError",
     "Upcaster",
