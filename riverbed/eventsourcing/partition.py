@@ -151,8 +151,10 @@ class CommandPartition(Generic[S, C, E]):
 
     def _elsewhere(self, aggregate_id: str) -> bool:
         """Whether the aggregate's events live in another partition than this one."""
+        if self.count == 1 or aggregate_id in self.aggregates:  # its events are here
+            return False
         key = self.kind.format.key(aggregate_id)
-        return self.count > 1 and murmur2_partition(key, self.count) != self.number
+        return murmur2_partition(key, self.count) != self.number
 
     def _rejected(self, command_id: str, aggregate_id: str, reason: str) -> Handled:
         result = Result(
