@@ -37,10 +37,16 @@ first group join waits Kafka's ``group.initial.rebalance.delay.ms``, 3 s) and ru
   travel), without and with snapshots every ``--snapshot-every`` versions.
 
 Every figure goes into one table (:class:`Figures`), a row per quantity and a column per
-system. The rows REPLAY, LONG_CART and TRAVEL (with NO_SNAPSHOTS or SNAPSHOTS) have riverbed
-figures only once riverbed's replay and time travel are measured: a measurement that adds
-them under those names, put in MEASUREMENTS, lands beside the library's. Not part of the
-test run; results go in BENCHMARKS.md.
+system.
+
+- ``replay`` (target >= 200,000 events/s): the throughput run's commands decided, then every
+  cart rebuilt from the events topic as a processor rebuilds its partitions (read_committed,
+  decoded, sealed fields opened, folded), without snapshots.
+- ``long_cart``: a cart of ``--long-cart`` events decided (a snapshot every
+  ``--snapshot-every``), read whole and as of ``--at-version`` by the reader of ``riverbed
+  es state``, without and with its latest snapshot.
+
+Not part of the test run; results go in BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -70,7 +76,7 @@ from urllib.parse import urlsplit
 from uuid import NAMESPACE_URL, UUID, uuid5
 
 from _common import PRODUCER_SETTINGS, CpuClock, machine, percentile, start_broker
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 # This file has the library's name: with benchmarks/ on the path (python puts the script's
@@ -81,8 +87,11 @@ sys.path.remove(str(Path(__file__).resolve().parent))
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import Aggregate, event
 
+from riverbed.client.reading import read_to_end as read_events
 from riverbed.eventsourcing.messages import dumps
-from riverbed.eventsourcing.shop.carts import FORMAT, TOPICS
+from riverbed.eventsourcing.partition import CommandPartition
+from riverbed.eventsourcing.reader import AggregateReader
+from riverbed.eventsourcing.shop.carts import CART_TYPE, FORMAT, TOPICS
 from riverbed.eventsourcing.shredding import is_sealed
 from riverbed.testing.postgres import SERVER_SETTINGS, PostgresCluster, database
 from riverbed.testing.topic_reader import read_to_end
@@ -318,7 +327,9 @@ class Processor:
     cpu: CpuClock
 
     @classmethod
-    def start(cls, bench: Bench, bootstrap: str, instance: int) -> Processor:
+    def start(
+        cls, bench: Bench, bootstrap: str, instance: int, *, snapshot_every: int = 100
+    ) -> Processor:
         log_path = bench.tmp / f"es-{instance}-{time.monotonic_ns()}.log"
         command = [
             sys.executable,
@@ -333,6 +344,8 @@ class Processor:
             str(instance),
             "--partitions",
             str(bench.args.partitions),
+            "--snapshot-every",
+            str(snapshot_every),
         ]
         with log_path.open("wb") as log:
             process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
@@ -864,6 +877,87 @@ def long_cart(bench: Bench) -> None:
         snapshots.close()
 
 
+# -- 4. riverbed's replay and time travel ------------------------------------------------------
+
+
+def decided(
+    bench: Bench, bootstrap: str, documents: Sequence[dict[str, Any]], snapshot_every: int
+) -> None:
+    """``documents`` sent and decided by one processor (snapshots every ``snapshot_every``
+    events of a cart), which is then stopped."""
+    send(bootstrap, documents)
+    tail = ResultTail(bootstrap, exact=False)
+    processor = Processor.start(bench, bootstrap, 1, snapshot_every=snapshot_every)
+    tail.wait(len(documents), [processor], timeout_s=max(120, len(documents) / 500))
+    tail.stop()
+    say(f"  processor {processor.stop()}")
+
+
+def replay(bench: Bench) -> None:
+    """Every cart of the throughput run's commands rebuilt from the events topic as a
+    processor does on assignment (read_committed, decoded, sealed fields opened, folded),
+    without snapshots: the median of 3 after one not counted."""
+    args = bench.args
+    documents, _ = cart_commands(args.commands, open_carts=args.open_carts, seed=1)
+    say(f"\nreplay: the events of {len(documents):,} commands")
+    with bench.broker() as (_, bootstrap):
+        decided(bench, bootstrap, documents, snapshot_every=0)
+        keyring = AggregateReader(CART_TYPE, bootstrap).keyring()
+        counted: list[int] = []
+
+        def rebuild() -> None:
+            carts = CommandPartition(kind=CART_TYPE, keyring=keyring)
+
+            def fold(message: Message) -> None:
+                carts.restore_event(FORMAT.decode_event(message.value()))
+
+            read_events(bootstrap, TOPICS.events, fold)
+            counted[:] = [len(carts.aggregates), sum(a.version for a in carts.aggregates.values())]
+
+        seconds = timed(rebuild, repeat=3)
+        carts, events = counted
+        bench.figures.add(REPLAY, RIVERBED, f"{events / seconds:,.0f}")
+        say(f"  {carts:,} carts ({events:,} events) rebuilt in {seconds:.2f} s")
+
+
+def long_cart_riverbed(bench: Bench) -> None:
+    """A cart of ``--long-cart`` AddItems decided by the processor (a snapshot every
+    ``--snapshot-every`` events), read by ``riverbed es state`` 's reader whole and as of
+    ``--at-version``, without and with its snapshot; the median of 5 reads after one not
+    counted. Each read looks the cart's partition up, reads the key topic and scans the
+    partition (the snapshot's, then the events after it)."""
+    args = bench.args
+    events, version = args.long_cart, args.at_version
+    documents = [
+        {"command_id": f"long-{n}", "type": "AddItem", "cart_id": "long-cart",
+         "user_id": "user-long", "expected_version": None,
+         "data": {"product_id": f"p{n % PRODUCTS}", "quantity": 1}, "ts": n}
+        for n in range(events)
+    ]  # fmt: skip
+    say(f"\nlong cart (riverbed): {events:,} events, a snapshot every {args.snapshot_every:,}")
+    with bench.broker() as (_, bootstrap):
+        decided(bench, bootstrap, documents, snapshot_every=args.snapshot_every)
+        reader = AggregateReader(CART_TYPE, bootstrap)
+        snapshot = reader.snapshot_of("long-cart")
+        say(f"  its latest snapshot: version {snapshot.aggregate.version if snapshot else None}")
+        for name, snapshots in ((NO_SNAPSHOTS, False), (SNAPSHOTS, True)):
+            whole = timed(partial(reader.state_of, "long-cart", snapshots=snapshots))
+            as_of = timed(
+                partial(reader.state_of, "long-cart", at_version=version, snapshots=snapshots)
+            )
+            if reader.state_of("long-cart", snapshots=snapshots).version != events:
+                raise SystemExit("the long cart does not have all its events")
+            rate = "" if snapshots else f" ({events / whole:,.0f} events/s)"
+            bench.figures.add(
+                LONG_CART.format(events=events, snapshots=name), RIVERBED,
+                f"{whole * 1000:.1f}{rate}",
+            )  # fmt: skip
+            bench.figures.add(
+                TRAVEL.format(events=events, version=version, snapshots=name), RIVERBED,
+                f"{as_of * 1000:.1f}",
+            )  # fmt: skip
+
+
 # -- main --------------------------------------------------------------------------------------
 
 
@@ -872,6 +966,8 @@ MEASUREMENTS: dict[str, Callable[[Bench], None]] = {
     "latency": latency,
     "profile": profile,
     "library": library,
+    "replay": replay,
+    "long_cart": long_cart_riverbed,
 }
 """Each adds its figures to ``bench.figures``; ``--only`` picks some, in this order."""
 
