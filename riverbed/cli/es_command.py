@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any
 
+from riverbed.cli import es_project
 from riverbed.cli.arguments import (
     add_bootstrap_argument,
     add_command,
@@ -127,6 +128,7 @@ def add_parser(commands: Any) -> None:
     forget.add_argument("user_id", metavar="USER_ID", help="the user")
     _add_connection(forget)
     forget.set_defaults(run=_forget)
+    es_project.add_parser(actions)
 
 
 def _add_connection(parser: argparse.ArgumentParser) -> None:
