@@ -8,6 +8,7 @@
   is reported on stderr, and makes the exit code 1, without stopping the others.
 - ``state`` prints a cart's state now, after a version, or as of a time; ``history`` its
   events; ``forget`` deletes a user's keys (:mod:`riverbed.eventsourcing.reader`).
+- ``project`` keeps a read model of the carts (:mod:`riverbed.cli.es_project`).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def add_parser(commands: Any) -> None:
     actions = add_command_with_actions(
         commands,
         "es",
-        "event sourcing: the shop's carts (commands, state, history, forget)",
+        "event sourcing: the shop's carts (commands, state, history, forget, projections)",
         "Event sourcing on the log: commands decided into events, state derived by replay.",
     )
     run = add_command(

@@ -18,14 +18,21 @@ derived from it and can be rebuilt by replaying it (DESIGN.md, "Event sourcing")
 - :mod:`~riverbed.eventsourcing.reader`: an aggregate's history, its state now, after a
   version or as of a time (time travel), and forgetting a subject;
 - :mod:`~riverbed.eventsourcing.sender`: sending commands and waiting for their results;
+- :mod:`~riverbed.eventsourcing.projections`: read models: the fold of events into states
+  with its position, and the store interface (sans-IO);
+  :mod:`~riverbed.eventsourcing.projection_runner` runs one over the events topic,
+  :mod:`~riverbed.eventsourcing.projection_changelog` stores it as a compacted topic and
+  :mod:`~riverbed.eventsourcing.projection_postgres` as a PostgreSQL table, each batch with
+  its position in one transaction;
 - :mod:`~riverbed.eventsourcing.shredding`: personal fields sealed per subject (AES-GCM),
   forgotten by deleting the subject's key;
 - :mod:`~riverbed.eventsourcing.shop`: the shop's carts;
 - :mod:`~riverbed.eventsourcing.errors`: one hierarchy, rooted at
   :class:`EventSourcingError`.
 
-The processor, the reader, the sender and ``topics.ensure_topics`` are Kafka clients
-(confluent-kafka); the rest is sans-IO.
+The processor, the reader, the sender, the projection runner and stores and
+``topics.ensure_topics`` are Kafka clients (confluent-kafka; the PostgreSQL store also uses
+psycopg2); the rest is sans-IO.
 """
 
 from riverbed.eventsourcing.aggregate_type import AggregateType, Snapshot

@@ -19,6 +19,12 @@ stays in that module. Helpers the benchmarks and ``make demo`` need too are in
 - :mod:`tests.support.events`: generated page views and bounded disorder.
 - :mod:`tests.support.pipelines`: ``riverbed pipeline run`` as a child process.
 - :mod:`tests.support.spark_reader`: producing test records and short streaming queries.
+- :mod:`tests.support.carts`: the carts' commands (with conflicts), sending them as Kafka's
+  Java clients partition, waiting for every answer, and the contract's checks of the log.
+- :mod:`tests.support.cart_workload`: what each command ``riverbed workload shop`` sends to
+  the carts must get as an answer.
+- :mod:`tests.support.projections`: ``riverbed es project`` as a child process, its models
+  read back, the carts' replayed states.
 - Programs the tests run as child processes: ``eos_worker.py`` (an exactly-once
   consume-transform-produce worker) and ``sink_job.py`` (a streaming copy job into the
   sink that can crash on purpose; its input files and output reader).
