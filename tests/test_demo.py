@@ -49,6 +49,8 @@ def test_the_demo_runs_and_every_check_it_prints_holds(tmp_path: Path) -> None:
     assert '"version": 2, "items": {"kettle": 1, "mug": 4}' in out
     assert 'a replay now reads: v4 CheckedOut {"shipping_address": null}' in out
     assert "address gone from every read: True; the events all still there: True" in out
+    assert "1,000 more commands for 100 carts answered, projected meanwhile" in out
+    assert "the rebuild equals the live projection: True" in out
     assert "query read 6,000 records of 'clicks'" in out  # the Spark section
     assert "equal to a plain Python count of the topic: True" in out
     # The pipeline section: windows as they arrive, every page view counted or set aside.

@@ -1,29 +1,39 @@
 """The demo's event-sourcing section: the shop's carts on the log.
 
-A command processor runs on a thread of this process (as ``riverbed es run carts`` would);
-commands go in through :class:`~riverbed.eventsourcing.sender.CommandSender` (as ``riverbed
-es send``), accepted and refused; then one cart's history, its state at an earlier version
-(time travel by replay), and a user forgotten: the address gone from a replay while the
-events stay.
+A command processor and a projection into the compacted topic ``shop.carts.state`` run on
+threads of this process (as ``riverbed es run carts`` and ``riverbed es project carts --to
+topic`` would); commands go in through :class:`~riverbed.eventsourcing.sender.CommandSender`
+(as ``riverbed es send``), accepted and refused; then one cart's history, its state at an
+earlier version (time travel by replay), a user forgotten (the address gone from a replay
+while the events stay), and the projection rebuilt from the first event, equal to the live
+one.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from riverbed.demo.console import KAFKA_LOG
 from riverbed.eventsourcing.processor import CommandProcessor, ProcessorConfig
+from riverbed.eventsourcing.projection_changelog import ChangelogStore
+from riverbed.eventsourcing.projection_runner import Progress, ProjectionConfig, ProjectionRunner
 from riverbed.eventsourcing.reader import AggregateReader
 from riverbed.eventsourcing.sender import CommandSender
 from riverbed.eventsourcing.shop.carts import CART_TYPE, FORMAT
+from riverbed.eventsourcing.topics import ensure_topics
+from riverbed.testing.topic_reader import count_to_end, last_values, read_to_end
 
 __all__ = ["run"]
 
 USER = "ann"
 CART = "cart-ann-1"
 ADDRESS = "12 Harbour Street, Portsmouth"
+MANY = 1_000
 
 
 def _command(type_: str, data: dict[str, Any], ts: int, **more: Any) -> dict[str, Any]:
@@ -59,23 +69,93 @@ def run(bootstrap: str) -> None:
     """The section (see the module docstring)."""
     stop = threading.Event()
     lines: list[str] = []
-    config = ProcessorConfig(
-        bootstrap=bootstrap, group_id="demo-carts", extra={"logger": KAFKA_LOG}
-    )
+    config = ProcessorConfig(bootstrap=bootstrap, group_id="demo-carts", extra=QUIET)
     processor = CommandProcessor(config, CART_TYPE, say=lines.append)
+    # The topics first (the processor would make them too, on its thread): the sender wants them.
+    settings = {"bootstrap.servers": bootstrap, **QUIET}
+    ensure_topics(settings, CART_TYPE.topics, partitions=config.partitions, timeout_s=30)
     thread = threading.Thread(target=processor.run, kwargs={"stopping": stop.is_set})
     thread.start()
     try:
-        _commands(bootstrap)
-        _read_back(bootstrap)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="demo-projection") as pool:
+            try:
+                _commands(bootstrap)
+                live = pool.submit(_projection(bootstrap, []).run, stopping=stop.is_set)
+                _many_carts(bootstrap)
+                _read_back(bootstrap)
+                _wait_for_all_events(bootstrap)
+            finally:
+                stop.set()
+        _rebuilt(bootstrap, live.result())
     finally:
         stop.set()
         thread.join(60)
     print(f"command processor: {lines[-1] if lines else 'no report'}")
 
 
+QUIET = {"logger": KAFKA_LOG}
+STATE_TOPIC = "shop.carts.state"
+
+
+def _projection(bootstrap: str, lines: list[str]) -> ProjectionRunner[Any, Any, Any]:
+    store = ChangelogStore(CART_TYPE, bootstrap=bootstrap, topic=STATE_TOPIC, extra=QUIET)
+    config = ProjectionConfig(bootstrap=bootstrap, extra=QUIET)
+    return ProjectionRunner(config, CART_TYPE, store, say=lines.append)
+
+
+def _many_carts(bootstrap: str) -> None:
+    """Commands for 100 more carts (some refused), to give the projection something to do."""
+    rng = random.Random(3)
+    sender = CommandSender(CART_TYPE, bootstrap, extra=QUIET)
+    try:
+        for n in range(MANY):
+            cart = f"cart-{rng.randrange(100)}"
+            kind = rng.choice(["AddItem", "AddItem", "AddItem", "RemoveItem", "CheckOut"])
+            data: dict[str, Any] = {"product_id": f"p{rng.randrange(5)}", "quantity": 1}
+            if kind == "CheckOut":
+                data = {"shipping_address": f"{n} Long Road"}
+            sender.send({"type": kind, "cart_id": cart, "user_id": f"user-{cart}",
+                         "data": data, "ts": 10_000 + n})  # fmt: skip
+        sender.flush()
+        answered = 0
+        deadline = time.monotonic() + 60
+        while sender.pending and time.monotonic() < deadline:
+            answered += len(sender.answers(0.05))
+        print(f"\n{answered:,} more commands for 100 carts answered, projected meanwhile")
+    finally:
+        sender.close()
+
+
+def _model(bootstrap: str) -> dict[bytes | None, bytes | None]:
+    return last_values((r.key, r.value) for r in read_to_end(bootstrap, STATE_TOPIC))
+
+
+def _wait_for_all_events(bootstrap: str) -> None:
+    """Until the live projection has folded every event (its carts' versions add up to the
+    events topic's count; 30 s at most)."""
+    events = count_to_end(bootstrap, CART_TYPE.topics.events)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if sum(json.loads(v or b"{}")["version"] for v in _model(bootstrap).values()) == events:
+            return
+        time.sleep(0.1)
+
+
+def _rebuilt(bootstrap: str, live: Progress) -> None:
+    before = _model(bootstrap)
+    print(f"\nprojection {STATE_TOPIC} (live, a compacted topic): {len(before)} carts from "
+          f"{live.events:,} events, each batch with its position in one transaction")  # fmt: skip
+    rebuilt = _projection(bootstrap, []).run(
+        stopping=lambda: False, rebuild=True, until_caught_up=True
+    )
+    after = _model(bootstrap)
+    print(f"  rebuilt from scratch (a new, empty topic, from offset 0): {len(after)} carts "
+          f"from {rebuilt.events:,} events")  # fmt: skip
+    print(f"  the rebuild equals the live projection: {after == before}")
+
+
 def _commands(bootstrap: str) -> None:
-    sender = CommandSender(CART_TYPE, bootstrap, extra={"logger": KAFKA_LOG})
+    sender = CommandSender(CART_TYPE, bootstrap, extra=QUIET)
     try:
         print("commands for one cart, one at a time, and the processor's answers:")
         for command, note in zip(COMMANDS, NOTES, strict=True):
@@ -95,7 +175,7 @@ def _commands(bootstrap: str) -> None:
 
 
 def _read_back(bootstrap: str) -> None:
-    reader = AggregateReader(CART_TYPE, bootstrap, extra={"logger": KAFKA_LOG})
+    reader = AggregateReader(CART_TYPE, bootstrap, extra=QUIET)
     print(f"\nhistory of {CART} (the events topic, the address decrypted with {USER}'s key):")
     for event in reader.events_of(CART):
         print(f"  v{event.version} {event.type:12} {json.dumps(event.data)}")
