@@ -122,3 +122,41 @@ def test_a_result_status_is_accepted_or_rejected() -> None:
     value = json.dumps({"command_id": "c", "cart_id": "k", "status": "maybe", "version": 0})
     with pytest.raises(MessageError, match="status must be 'accepted' or 'rejected'"):
         FORMAT.decode_result(value.encode())
+
+
+VALID_EVENT = {
+    "event_id": "c-1:1", "cart_id": "c-1", "user_id": "u1", "version": 1, "type": "ItemAdded",
+    "data": {"product_id": "p1", "quantity": 1}, "command_id": "cmd-1", "ts": 5, "schema": 1,
+}  # fmt: skip
+MISSING = object()
+ODD_VALUES = [MISSING, None, True, False, 0, -1, 2**63, "", "x", 1.5, [], {}, {"a": 1}]
+
+
+def valid_event_field(name: str, value: object) -> bool:
+    """The contract's rule for one field of an event (DESIGN.md; messages.py)."""
+    integer = isinstance(value, int) and not isinstance(value, bool)
+    text = isinstance(value, str) and value != ""
+    return {
+        "user_id": value is None or text,
+        "version": integer and value >= 1,  # type: ignore[operator]
+        "schema": integer and value >= 1,  # type: ignore[operator]
+        "ts": integer,
+        "data": isinstance(value, dict),
+    }.get(name, text)
+
+
+@pytest.mark.parametrize("name", sorted(VALID_EVENT))
+@pytest.mark.parametrize("value", ODD_VALUES, ids=repr)
+def test_an_event_is_read_only_when_every_field_follows_the_contract(
+    name: str, value: object
+) -> None:
+    """Both ways decode_event reads (all fields at once, or one by one for the error) agree
+    with the contract: an event whose fields all follow it is read as it is, anything else
+    raises MessageError. A missing ``data`` reads as ``{}``, a missing ``user_id`` as None."""
+    document = {k: v for k, v in {**VALID_EVENT, name: value}.items() if v is not MISSING}
+    filled = {"data": {}, "user_id": None, **document}
+    if set(filled) == set(VALID_EVENT) and all(valid_event_field(k, filled[k]) for k in filled):
+        assert FORMAT.document(FORMAT.decode_event(json.dumps(document).encode())) == filled
+    else:
+        with pytest.raises(MessageError):
+            FORMAT.decode_event(json.dumps(document).encode())
