@@ -235,10 +235,11 @@ def _reader(args: argparse.Namespace) -> AggregateReader[Any, Any, Any]:
 
 def _state(args: argparse.Namespace) -> int:
     try:
-        cart = _reader(args).state_of(
-            args.aggregate_id, at_version=args.at_version, at_time=args.at_time,
-            snapshots=not args.no_snapshots,
-        )  # fmt: skip
+        with _reader(args) as reader:
+            cart = reader.state_of(
+                args.aggregate_id, at_version=args.at_version, at_time=args.at_time,
+                snapshots=not args.no_snapshots,
+            )  # fmt: skip
     except EventSourcingError as e:
         raise CliError(str(e)) from None
     print(json.dumps(carts.CART_TYPE.document(cart), separators=(",", ":")))
@@ -247,7 +248,8 @@ def _state(args: argparse.Namespace) -> int:
 
 def _history(args: argparse.Namespace) -> int:
     try:
-        events = _reader(args).events_of(args.aggregate_id)
+        with _reader(args) as reader:
+            events = reader.events_of(args.aggregate_id)
     except EventSourcingError as e:
         raise CliError(str(e)) from None
     for event in events:
@@ -257,7 +259,8 @@ def _history(args: argparse.Namespace) -> int:
 
 def _forget(args: argparse.Namespace) -> int:
     try:
-        held = _reader(args).forget(args.user_id)
+        with _reader(args) as reader:
+            held = reader.forget(args.user_id)
     except EventSourcingError as e:
         raise CliError(str(e)) from None
     print(json.dumps({"user_id": args.user_id, "keys_deleted": held}, separators=(",", ":")))

@@ -1,12 +1,13 @@
 """Reading a topic's partitions to their end with confluent-kafka: the one loop the
 event-sourcing processors and readers, the tests, the benchmarks and ``make demo`` share.
 
-:func:`read_to_end` assigns the partitions (no group membership, no commits), starting each
-at the given offset or at its beginning, and hands every record to ``each`` until every
-partition has reached its end: the high watermark, or for ``read_committed`` (librdkafka's
-default) the last stable offset, where librdkafka reports the end of the partition
-(``enable.partition.eof``). A read that does not reach the end in ``timeout_s``, or any
-other consumer error, raises :class:`TopicReadError`.
+:meth:`TopicReader.read` assigns the partitions (no group membership, no commits),
+starting each at the given offset or at its beginning, and hands every record to ``each``
+until every partition has reached its end: the high watermark, or for ``read_committed``
+(librdkafka's default) the last stable offset, where librdkafka reports the end of the
+partition (``enable.partition.eof``). A read that does not reach the end in ``timeout_s``, or any
+other consumer error, raises :class:`TopicReadError`. A :class:`TopicReader` makes several
+reads with one consumer; :func:`read_to_end` is one read with a consumer of its own.
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ from confluent_kafka import (
 
 from riverbed.client.errors import ClientError
 
-__all__ = ["READ_COMMITTED", "READ_UNCOMMITTED", "TopicReadError", "read_to_end"]
+__all__ = ["READ_COMMITTED", "READ_UNCOMMITTED", "TopicReadError", "TopicReader", "read_to_end"]
 
 READ_COMMITTED = "read_committed"
 READ_UNCOMMITTED = "read_uncommitted"
 _BATCH = 10_000  # messages a consume() call may return
-_WAIT_S = 0.1  # consume() waits for all _BATCH messages or this long: keep it short
+_WAIT_S = 0.1  # how long a read waits for the next message when it holds none
 
 _LIBRDKAFKA = logging.getLogger("riverbed.client.librdkafka")
 """librdkafka's log of the readers' consumers: with no logging configured, Python prints its
@@ -41,6 +42,127 @@ warnings and errors to stderr and drops the rest (INFO lines such as "Purging ..
 
 class TopicReadError(ClientError, RuntimeError):
     """A topic could not be read to its end: a consumer error, or no end within the timeout."""
+
+
+class TopicReader:
+    """One consumer for several reads to the end: each :meth:`read` assigns the partitions
+    it reads anew. A consumer costs some 50 ms to start (its connection and first metadata
+    request); a read of a small partition on one already started, 6 ms. Use it as a context
+    manager, or :meth:`close` it."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        isolation: str = READ_COMMITTED,
+        timeout_s: float = 60,
+        settings: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.timeout_s = timeout_s
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "logger": _LIBRDKAFKA,
+                "group.id": "riverbed-reader",  # assign() only: no membership, no commits
+                **(settings or {}),
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": isolation,
+                # The end of a partition is known when a Fetch at it comes back empty, after
+                # fetch.wait.max.ms: 5 ms, not librdkafka's 500, makes a read of a small
+                # partition take 6 ms instead of 100 (at 50). A Fetch left waiting when the
+                # consumer closes also keeps the broker's connection open that long.
+                # librdkafka pauses fetching for 1 s whenever its local queue is full, which
+                # a Python loop fills quickly (BENCHMARKS.md).
+                "fetch.wait.max.ms": 5,
+                "fetch.queue.backoff.ms": 10,
+            }
+        )
+
+    def __enter__(self) -> TopicReader:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def partition_counts(self, topic: str | None = None) -> dict[str, int]:
+        """The partition count of ``topic`` (of every topic if None), for the topics there
+        are: a consumer's metadata request, which creates no topic."""
+        try:
+            found = self._consumer.list_topics(topic, timeout=self.timeout_s).topics
+        except KafkaException as e:
+            raise TopicReadError(f"no broker at {self.bootstrap}: {e.args[0].str()}") from None
+        return {
+            name: len(meta.partitions)
+            for name, meta in found.items()
+            if meta.error is None and meta.partitions
+        }
+
+    def read(
+        self,
+        topic: str,
+        each: Callable[[Message], Any],
+        *,
+        partitions: Iterable[int] | None = None,
+        start: Mapping[int, int] | None = None,
+    ) -> None:
+        """Call ``each`` with every record of ``topic``'s ``partitions`` (all of them if
+        None; none if the topic does not exist), in offset order within each partition, from
+        ``start[partition]`` (the beginning where not given) to the end."""
+        # The topic's metadata first: it says whether there is such a topic, and without it
+        # librdkafka's first offset query for OFFSET_BEGINNING fails and is retried 500 ms
+        # later (measured: 0.6 s against 0.1 s to read a one-record partition).
+        count = self.partition_counts(topic).get(topic)
+        if count is None:
+            return
+        wanted = sorted(set(range(count) if partitions is None else partitions))
+        missing = set(wanted) - set(range(count))
+        if missing:
+            raise TopicReadError(f"{topic} has no partition {sorted(missing)}")
+        starts = start or {}
+        consumer = self._consumer
+        consumer.assign([TopicPartition(topic, p, starts.get(p, OFFSET_BEGINNING)) for p in wanted])
+        try:
+            self._to_end(topic, set(wanted), each)
+        finally:
+            consumer.unassign()
+
+    def _next(self) -> list[Message]:
+        """What the consumer holds already, or else the next message within _WAIT_S: a
+        consume() of _BATCH messages would wait all of _WAIT_S for the batch to fill, even
+        with the end of the partition in hand (a small partition's read took 0.1 s)."""
+        messages = self._consumer.consume(num_messages=_BATCH, timeout=0)
+        if messages:
+            return messages
+        message = self._consumer.poll(_WAIT_S)
+        return [] if message is None else [message]
+
+    def _to_end(self, topic: str, wanted: set[int], each: Callable[[Message], Any]) -> None:
+        at_end: set[int] = set()
+        seen = 0
+        deadline = time.monotonic() + self.timeout_s
+        while len(at_end) < len(wanted):
+            if time.monotonic() > deadline:
+                raise TopicReadError(
+                    f"{topic}: no end of partitions {sorted(wanted - at_end)} "
+                    f"within {self.timeout_s} s ({seen} records read)"
+                )
+            for message in self._next():
+                error, partition = message.error(), message.partition()
+                if message.topic() != topic or partition not in wanted:
+                    continue  # left from an earlier read
+                if error is None:
+                    at_end.discard(partition)  # more came after the end we saw
+                    seen += 1
+                    each(message)
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(partition)
+                else:
+                    raise TopicReadError(f"{topic}: {error.str()}")
 
 
 def read_to_end(
@@ -54,65 +176,9 @@ def read_to_end(
     timeout_s: float = 60,
     settings: Mapping[str, Any] | None = None,
 ) -> None:
-    """Call ``each`` with every record of ``topic``'s ``partitions`` (all of them if None;
-    none if the topic does not exist), in offset order within each partition, from
-    ``start[partition]`` (the beginning where not given) to the end. ``settings`` are more
+    """One :meth:`TopicReader.read` with a reader of its own. ``settings`` are more
     librdkafka settings (security, ...)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "logger": _LIBRDKAFKA,
-            "group.id": "riverbed-reader",  # assign() only: no membership, no commits
-            **(settings or {}),
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": isolation,
-            # The end of a partition is known when a Fetch at it comes back empty, after
-            # fetch.wait.max.ms: 5 ms, not librdkafka's 500, makes a read of a small
-            # partition take 6 ms instead of 100 (at 50). A Fetch left waiting when the
-            # consumer closes also keeps the broker's connection open that long. librdkafka
-            # pauses fetching for 1 s whenever its local queue is full, which a Python loop
-            # fills quickly (BENCHMARKS.md).
-            "fetch.wait.max.ms": 5,
-            "fetch.queue.backoff.ms": 10,
-        }
-    )
-    try:
-        # The topic's metadata first: it says whether there is such a topic, and without it
-        # librdkafka's first offset query for OFFSET_BEGINNING fails and is retried 500 ms
-        # later (measured: 0.6 s against 0.1 s to read a one-record partition).
-        try:
-            metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-        except KafkaException as e:
-            raise TopicReadError(f"no broker at {bootstrap}: {e.args[0].str()}") from None
-        if metadata is None or metadata.error is not None:
-            return
-        if partitions is None:
-            partitions = range(len(metadata.partitions))
-        missing = set(partitions) - set(metadata.partitions)
-        if missing:
-            raise TopicReadError(f"{topic} has no partition {sorted(missing)}")
-        wanted = sorted(set(partitions))
-        starts = start or {}
-        consumer.assign([TopicPartition(topic, p, starts.get(p, OFFSET_BEGINNING)) for p in wanted])
-        at_end: set[int] = set()
-        seen = 0
-        deadline = time.monotonic() + timeout_s
-        while len(at_end) < len(wanted):
-            if time.monotonic() > deadline:
-                raise TopicReadError(
-                    f"{topic}: no end of partitions {sorted(set(wanted) - at_end)} "
-                    f"within {timeout_s} s ({seen} records read)"
-                )
-            for message in consumer.consume(num_messages=_BATCH, timeout=_WAIT_S):
-                error, partition = message.error(), message.partition()
-                if error is None:
-                    at_end.discard(partition or 0)  # more came after the end we saw
-                    seen += 1
-                    each(message)
-                elif error.code() == KafkaError._PARTITION_EOF and partition is not None:
-                    at_end.add(partition)
-                else:
-                    raise TopicReadError(f"{topic}: {error.str()}")
-    finally:
-        consumer.close()
+    with TopicReader(
+        bootstrap, isolation=isolation, timeout_s=timeout_s, settings=settings
+    ) as reader:
+        reader.read(topic, each, partitions=partitions, start=start)

@@ -175,7 +175,11 @@ def _commands(bootstrap: str) -> None:
 
 
 def _read_back(bootstrap: str) -> None:
-    reader = AggregateReader(CART_TYPE, bootstrap, extra=QUIET)
+    with AggregateReader(CART_TYPE, bootstrap, extra=QUIET) as reader:
+        _show(reader)
+
+
+def _show(reader: AggregateReader[Any, Any, Any]) -> None:
     print(f"\nhistory of {CART} (the events topic, the address decrypted with {USER}'s key):")
     for event in reader.events_of(CART):
         print(f"  v{event.version} {event.type:12} {json.dumps(event.data)}")

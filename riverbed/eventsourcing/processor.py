@@ -62,7 +62,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from riverbed.client.reading import TopicReadError, read_to_end
+from riverbed.client.reading import TopicReader, TopicReadError
 from riverbed.eventsourcing.aggregate_type import AggregateType, Snapshot
 from riverbed.eventsourcing.errors import EventSourcingError, MessageError
 from riverbed.eventsourcing.partition import CommandPartition
@@ -153,6 +153,7 @@ class CommandProcessor(Generic[S, C, E]):
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._keys: Consumer | None = None
+        self._reader: TopicReader | None = None
 
     @property
     def partitions(self) -> dict[int, CommandPartition[S, C, E]]:
@@ -230,6 +231,9 @@ class CommandProcessor(Generic[S, C, E]):
         finally:
             consumer.close()
             keys.close()
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
             producer.flush(self.config.timeout_s)
             c = self.counts
             self.say(
@@ -427,13 +431,15 @@ class CommandProcessor(Generic[S, C, E]):
         return restored
 
     def _read(self, topic: str, partition: int | None, each: Callable[[Message], Any]) -> None:
-        try:
-            read_to_end(
-                self.config.bootstrap, topic, each,
-                partitions=None if partition is None else [partition],
-                timeout_s=self.config.timeout_s,
-                settings={"group.id": f"{self.config.group_id}-restore", **self.config.extra},
+        """Every committed record of ``topic`` (one partition, or all) to its end, with the
+        consumer every restore shares."""
+        if self._reader is None:
+            self._reader = TopicReader(
+                self.config.bootstrap, timeout_s=self.config.timeout_s,
+                settings=self._client(**{"group.id": f"{self.config.group_id}-restore"}),
             )  # fmt: skip
+        try:
+            self._reader.read(topic, each, partitions=None if partition is None else [partition])
         except TopicReadError as e:
             raise ProcessorError(f"cannot restore: {e}") from None
 

@@ -20,10 +20,10 @@ import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer
+from confluent_kafka import Message, Producer
 
 from riverbed.client.partitioner import murmur2_partition
-from riverbed.client.reading import TopicReadError, read_to_end
+from riverbed.client.reading import TopicReader, TopicReadError
 from riverbed.eventsourcing.aggregate_type import AggregateType, Snapshot
 from riverbed.eventsourcing.errors import EventSourcingError, MessageError, ReplayError
 from riverbed.eventsourcing.handling import Aggregate, replay
@@ -42,7 +42,8 @@ class ReaderError(EventSourcingError):
 
 
 class AggregateReader(Generic[S, C, E]):
-    """Reads aggregates of ``kind`` from the brokers at ``bootstrap``."""
+    """Reads aggregates of ``kind`` from the brokers at ``bootstrap``, its reads sharing one
+    consumer: use it as a context manager, or :meth:`close` it."""
 
     def __init__(
         self,
@@ -58,6 +59,25 @@ class AggregateReader(Generic[S, C, E]):
         self.extra = dict(extra or {})
         self._partitions: int | None = None
         self._snapshots = False  # whether the snapshots topic exists
+        self._reader: TopicReader | None = None
+
+    def __enter__(self) -> AggregateReader[S, C, E]:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the consumer its reads share (one is made again if it reads on)."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def _topic_reader(self) -> TopicReader:
+        if self._reader is None:
+            self._reader = TopicReader(self.bootstrap, timeout_s=self.timeout_s,
+                                       settings=self.extra)  # fmt: skip
+        return self._reader
 
     def keyring(self) -> Keyring:
         """Every subject's keys, as the key topic holds them now."""
@@ -87,18 +107,10 @@ class AggregateReader(Generic[S, C, E]):
     def _topics(self) -> dict[str, int]:
         """The partition counts of the topics there are (a consumer's metadata request, which
         creates none)."""
-        consumer = Consumer({**self._settings(), "group.id": "riverbed-es-reader"})
         try:
-            found = consumer.list_topics(timeout=self.timeout_s).topics
-        except KafkaException as e:
-            raise ReaderError(f"no broker at {self.bootstrap}: {e.args[0].str()}") from None
-        finally:
-            consumer.close()
-        return {
-            name: len(topic.partitions)
-            for name, topic in found.items()
-            if topic.error is None and topic.partitions
-        }
+            return self._topic_reader().partition_counts()
+        except TopicReadError as e:
+            raise ReaderError(str(e)) from None
 
     def snapshot_of(self, aggregate_id: str) -> Snapshot[S] | None:
         """The latest snapshot of ``aggregate_id``, if it has one."""
@@ -208,11 +220,10 @@ class AggregateReader(Generic[S, C, E]):
         start: int = 0,
     ) -> None:
         try:
-            read_to_end(
-                self.bootstrap, topic, each,
+            self._topic_reader().read(
+                topic, each,
                 partitions=None if partition is None else [partition],
                 start=None if partition is None or not start else {partition: start},
-                timeout_s=self.timeout_s, settings=self.extra,
             )  # fmt: skip
         except TopicReadError as e:
             raise ReaderError(str(e)) from None

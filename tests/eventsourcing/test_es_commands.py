@@ -123,6 +123,7 @@ def test_time_travel_by_version_and_by_time_with_and_without_snapshots(bootstrap
         assert reader.state_of("tt-1", at_version=version) == reader.state_of(
             "tt-1", at_version=version, snapshots=False
         )
+    reader.close()
 
 
 def test_history_is_the_audit_trail_and_forget_leaves_the_events_without_the_address(

@@ -61,3 +61,4 @@ def test_kill_9_mid_stream_loses_and_repeats_nothing(
     for cart, count in longest:
         assert reader.state_of(cart) == reader.state_of(cart, snapshots=False)
         assert reader.state_of(cart).version == count
+    reader.close()
