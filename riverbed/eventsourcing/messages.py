@@ -124,6 +124,34 @@ class StreamFormat:
 
     def decode_command(self, value: bytes | None) -> Command:
         fields = loads_object(value, "command")
+        # As decode_event: a well-formed command at once, anything else field by field.
+        try:
+            command = Command(
+                command_id=fields["command_id"],
+                type=fields["type"],
+                aggregate_id=fields[self.id_field],
+                user_id=fields["user_id"],
+                expected_version=fields["expected_version"],
+                data=fields["data"],
+                ts=fields["ts"],
+            )
+        except KeyError:
+            pass
+        else:
+            expected = command.expected_version
+            if (
+                type(command.command_id) is str
+                and command.command_id
+                and type(command.type) is str
+                and command.type
+                and type(command.aggregate_id) is str
+                and command.aggregate_id
+                and (command.user_id is None or (type(command.user_id) is str and command.user_id))
+                and (expected is None or (type(expected) is int and expected >= 0))
+                and type(command.data) is dict
+                and type(command.ts) is int
+            ):
+                return command
         return Command(
             command_id=text_field(fields, "command_id"),
             type=text_field(fields, "type"),

@@ -160,3 +160,37 @@ def test_an_event_is_read_only_when_every_field_follows_the_contract(
     else:
         with pytest.raises(MessageError):
             FORMAT.decode_event(json.dumps(document).encode())
+
+
+VALID_COMMAND = {
+    "command_id": "cmd-1", "type": "AddItem", "cart_id": "c-1", "user_id": "u1",
+    "expected_version": 0, "data": {"product_id": "p1", "quantity": 1}, "ts": 5,
+}  # fmt: skip
+
+
+def valid_command_field(name: str, value: object) -> bool:
+    """The contract's rule for one field of a command."""
+    integer = isinstance(value, int) and not isinstance(value, bool)
+    text = isinstance(value, str) and value != ""
+    return {
+        "user_id": value is None or text,
+        "expected_version": value is None or (integer and value >= 0),  # type: ignore[operator]
+        "ts": integer,
+        "data": isinstance(value, dict),
+    }.get(name, text)
+
+
+@pytest.mark.parametrize("name", sorted(VALID_COMMAND))
+@pytest.mark.parametrize("value", ODD_VALUES, ids=repr)
+def test_a_command_is_read_only_when_every_field_follows_the_contract(
+    name: str, value: object
+) -> None:
+    """As for events: a missing ``data`` reads as ``{}``, a missing ``user_id`` and
+    ``expected_version`` as None."""
+    document = {k: v for k, v in {**VALID_COMMAND, name: value}.items() if v is not MISSING}
+    filled = {"data": {}, "user_id": None, "expected_version": None, **document}
+    if set(filled) == set(VALID_COMMAND) and all(valid_command_field(k, filled[k]) for k in filled):
+        assert FORMAT.document(FORMAT.decode_command(json.dumps(document).encode())) == filled
+    else:
+        with pytest.raises(MessageError):
+            FORMAT.decode_command(json.dumps(document).encode())
