@@ -132,14 +132,15 @@ MISSING = object()
 ODD_VALUES = [MISSING, None, True, False, 0, -1, 2**63, "", "x", 1.5, [], {}, {"a": 1}]
 
 
-def valid_event_field(name: str, value: object) -> bool:
-    """The contract's rule for one field of an event (DESIGN.md; messages.py)."""
+def valid_field(name: str, value: object) -> bool:
+    """The contract's rule for one field of an event or a command (DESIGN.md; messages.py)."""
     integer = isinstance(value, int) and not isinstance(value, bool)
     text = isinstance(value, str) and value != ""
     return {
         "user_id": value is None or text,
         "version": integer and value >= 1,  # type: ignore[operator]
         "schema": integer and value >= 1,  # type: ignore[operator]
+        "expected_version": value is None or (integer and value >= 0),  # type: ignore[operator]
         "ts": integer,
         "data": isinstance(value, dict),
     }.get(name, text)
@@ -155,7 +156,7 @@ def test_an_event_is_read_only_when_every_field_follows_the_contract(
     raises MessageError. A missing ``data`` reads as ``{}``, a missing ``user_id`` as None."""
     document = {k: v for k, v in {**VALID_EVENT, name: value}.items() if v is not MISSING}
     filled = {"data": {}, "user_id": None, **document}
-    if set(filled) == set(VALID_EVENT) and all(valid_event_field(k, filled[k]) for k in filled):
+    if set(filled) == set(VALID_EVENT) and all(valid_field(k, filled[k]) for k in filled):
         assert FORMAT.document(FORMAT.decode_event(json.dumps(document).encode())) == filled
     else:
         with pytest.raises(MessageError):
@@ -168,18 +169,6 @@ VALID_COMMAND = {
 }  # fmt: skip
 
 
-def valid_command_field(name: str, value: object) -> bool:
-    """The contract's rule for one field of a command."""
-    integer = isinstance(value, int) and not isinstance(value, bool)
-    text = isinstance(value, str) and value != ""
-    return {
-        "user_id": value is None or text,
-        "expected_version": value is None or (integer and value >= 0),  # type: ignore[operator]
-        "ts": integer,
-        "data": isinstance(value, dict),
-    }.get(name, text)
-
-
 @pytest.mark.parametrize("name", sorted(VALID_COMMAND))
 @pytest.mark.parametrize("value", ODD_VALUES, ids=repr)
 def test_a_command_is_read_only_when_every_field_follows_the_contract(
@@ -189,7 +178,7 @@ def test_a_command_is_read_only_when_every_field_follows_the_contract(
     ``expected_version`` as None."""
     document = {k: v for k, v in {**VALID_COMMAND, name: value}.items() if v is not MISSING}
     filled = {"data": {}, "user_id": None, "expected_version": None, **document}
-    if set(filled) == set(VALID_COMMAND) and all(valid_command_field(k, filled[k]) for k in filled):
+    if set(filled) == set(VALID_COMMAND) and all(valid_field(k, filled[k]) for k in filled):
         assert FORMAT.document(FORMAT.decode_command(json.dumps(document).encode())) == filled
     else:
         with pytest.raises(MessageError):
