@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import psycopg2
@@ -87,8 +88,11 @@ def shop(tmp_path_factory: pytest.TempPathFactory, postgres: PostgresCluster) ->
                 for projection in live:
                     projection.wait_for("projecting shop.carts.events")
                 shop = Shop(bootstrap=bootstrap, dsn=dsn, tmp_path=tmp_path, live=live)
-                for seed in range(3):  # three rounds: the live projections fold them as they come
+                for seed in range(3):  # three rounds, each folded live before the next
                     shop.command(400, seed=seed)
+                    expected = replayed(shop.events())
+                    wait_for_model(partial(topic_model, bootstrap, LIVE_TOPIC), expected, shop.logs)
+                    wait_for_model(partial(table_model, dsn, LIVE_TABLE), expected, shop.logs)
                 yield shop
                 for projection in live:
                     assert projection.stop() == 0, projection.log()
