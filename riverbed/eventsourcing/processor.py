@@ -62,7 +62,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from riverbed.client.reading import TopicReader, TopicReadError
+from riverbed.client.reading import TopicReader, TopicReadError, ready
 from riverbed.eventsourcing.aggregate_type import AggregateType, Snapshot
 from riverbed.eventsourcing.errors import EventSourcingError, MessageError
 from riverbed.eventsourcing.partition import CommandPartition
@@ -214,12 +214,7 @@ class CommandProcessor(Generic[S, C, E]):
         self.say(f"processing {self.topics.commands} as {self.config.group_id}")
         try:
             while not stopping():
-                # The first command, waiting up to 0.2 s, then what is already there: a
-                # consume() of max_batch would wait the whole 0.2 s for a full batch.
-                first = consumer.poll(0.2)
-                messages = [] if first is None else [first]
-                if first is not None and self.config.max_batch > 1:
-                    messages += consumer.consume(self.config.max_batch - 1, timeout=0)
+                messages = ready(consumer, self.config.max_batch, 0.2)
                 batch = [m for m in messages if m.error() is None]
                 for message in messages:
                     error = message.error()

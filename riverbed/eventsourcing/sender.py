@@ -20,6 +20,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
+from riverbed.client.reading import ready
 from riverbed.eventsourcing.aggregate_type import AggregateType
 from riverbed.eventsourcing.errors import EventSourcingError, MessageError
 from riverbed.eventsourcing.messages import dumps, loads_object, text_field
@@ -110,11 +111,12 @@ class CommandSender:
         return command_id
 
     def answers(self, timeout_s: float) -> list[dict[str, Any]]:
-        """Results of commands sent and not yet answered that arrived within ``timeout_s``
-        (as many for a command id as it was sent: the processor answers each)."""
+        """Results of commands sent and not yet answered among the results that have arrived
+        (waiting up to ``timeout_s`` for one if none has); as many for a command id as it
+        was sent: the processor answers each."""
         self._producer.poll(0)
         found: list[dict[str, Any]] = []
-        for message in self._results.consume(num_messages=1000, timeout=timeout_s):
+        for message in ready(self._results, 1000, timeout_s):
             error = message.error()
             if error is not None:
                 if error.fatal():
