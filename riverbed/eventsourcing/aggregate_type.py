@@ -59,6 +59,12 @@ class AggregateType(Generic[S, C, E]):
     personal: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Event type -> its data fields sealed with the subject's key."""
 
+    def no_topic(self, topic: str, bootstrap: str) -> str:
+        """What a reader of ``topic`` says when the brokers at ``bootstrap`` lack it."""
+        return (
+            f"no topic {topic} at {bootstrap} (has a command processor for {self.name} run there?)"
+        )
+
     def initial(self, aggregate_id: str) -> Aggregate[S]:
         return Aggregate(aggregate_id=aggregate_id, state=self.decider.initial, version=0)
 
@@ -71,16 +77,23 @@ class AggregateType(Generic[S, C, E]):
             **self.state_fields(aggregate.state),
         }
 
+    def aggregate_of(self, document: Mapping[str, Any]) -> Aggregate[S]:
+        """The aggregate a state document describes (:meth:`document`'s inverse); a
+        :class:`~riverbed.eventsourcing.errors.MessageError` if it is not one."""
+        fields = dict(document)
+        return Aggregate(
+            aggregate_id=text_field(fields, self.format.id_field),
+            state=self.state_of(fields),
+            version=count_field(fields, "version"),
+            subject=maybe_text_field(fields, "user_id"),
+        )
+
     def encode_snapshot(self, snapshot: Snapshot[S]) -> tuple[bytes, bytes]:
         document = {**self.document(snapshot.aggregate), "offset": snapshot.offset}
         return self.format.key(snapshot.aggregate.aggregate_id), dumps(document)
 
     def decode_snapshot(self, value: bytes | None) -> Snapshot[S]:
         document = loads_object(value, "snapshot")
-        aggregate = Aggregate(
-            aggregate_id=text_field(document, self.format.id_field),
-            state=self.state_of(document),
-            version=count_field(document, "version"),
-            subject=maybe_text_field(document, "user_id"),
+        return Snapshot(
+            aggregate=self.aggregate_of(document), offset=count_field(document, "offset")
         )
-        return Snapshot(aggregate=aggregate, offset=count_field(document, "offset"))

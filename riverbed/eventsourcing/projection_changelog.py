@@ -46,7 +46,6 @@ from riverbed.eventsourcing.projections import (
     CommitFailed,
     ProjectionError,
     Restored,
-    aggregate_of,
 )
 
 __all__ = ["ChangelogStore"]
@@ -154,7 +153,7 @@ class ChangelogStore(Generic[S, C, E]):
         aggregates: dict[str, Aggregate[S]] = {}
         for message in latest.values():
             try:
-                aggregate = aggregate_of(self.kind, loads_object(message.value(), "state"))
+                aggregate = self.kind.aggregate_of(loads_object(message.value(), "state"))
             except MessageError as e:
                 where = f"{self.topic}/{message.partition()}@{message.offset()}"
                 raise ProjectionError(

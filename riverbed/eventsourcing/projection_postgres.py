@@ -38,7 +38,7 @@ from psycopg2 import sql
 from riverbed.eventsourcing.aggregate_type import AggregateType
 from riverbed.eventsourcing.errors import MessageError
 from riverbed.eventsourcing.handling import Aggregate
-from riverbed.eventsourcing.projections import Batch, ProjectionError, Restored, aggregate_of
+from riverbed.eventsourcing.projections import Batch, ProjectionError, Restored
 
 __all__ = ["POSITIONS_TABLE", "PostgresStore", "columns_of"]
 
@@ -142,7 +142,7 @@ class PostgresStore(Generic[S, C, E]):
         aggregates: dict[str, Aggregate[S]] = {}
         for row in rows:
             try:
-                aggregate = aggregate_of(self.kind, dict(zip(names, row, strict=True)))
+                aggregate = self.kind.aggregate_of(dict(zip(names, row, strict=True)))
             except MessageError as e:
                 raise ProjectionError(
                     f"cannot restore from {self.table}: {e} (--rebuild makes the model anew)"

@@ -148,10 +148,7 @@ class ProjectionRunner(Generic[S, C, E]):
             ) from None
         found = topics.get(self.events)
         if found is None or found.error is not None or not found.partitions:
-            raise ProjectionError(
-                f"no topic {self.events} at {self.config.bootstrap} (has a command processor "
-                f"for {self.kind.name} run there?)"
-            )
+            raise ProjectionError(self.kind.no_topic(self.events, self.config.bootstrap))
         return len(found.partitions)
 
     def _restore(self, consumer: Consumer, partitions: int) -> ProjectionFold[S, C, E]:

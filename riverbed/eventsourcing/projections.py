@@ -40,7 +40,6 @@ from typing import Any, Generic, Protocol, TypeVar
 from riverbed.eventsourcing.aggregate_type import AggregateType
 from riverbed.eventsourcing.errors import EventSourcingError, MessageError, ReplayError
 from riverbed.eventsourcing.handling import Aggregate, replay
-from riverbed.eventsourcing.messages import count_field, maybe_text_field, text_field
 
 __all__ = [
     "Batch",
@@ -49,7 +48,6 @@ __all__ = [
     "ProjectionFold",
     "ProjectionStore",
     "Restored",
-    "aggregate_of",
 ]
 
 S = TypeVar("S")
@@ -120,18 +118,6 @@ class ProjectionStore(Protocol[S]):
         ...
 
     def close(self) -> None: ...
-
-
-def aggregate_of(kind: AggregateType[S, C, E], document: Mapping[str, Any]) -> Aggregate[S]:
-    """The aggregate a state document (``kind.document``) describes; a
-    :class:`~riverbed.eventsourcing.errors.MessageError` if it is not one."""
-    fields = dict(document)
-    return Aggregate(
-        aggregate_id=text_field(fields, kind.format.id_field),
-        state=kind.state_of(fields),
-        version=count_field(fields, "version"),
-        subject=maybe_text_field(fields, "user_id"),
-    )
 
 
 @dataclass(slots=True)

@@ -3,9 +3,10 @@ forgetting a subject. What ``riverbed es state|history|forget`` do, as a Python 
 
 An aggregate's events live in one partition of the events topic: the one murmur2 of its
 key chooses (:mod:`riverbed.client.partitioner`), as for its commands. A reader scans that
-partition (read_committed) and keeps the aggregate's events; personal fields are opened
-with the subject's keys from the key topic, read just before, and are ``None`` for a
-forgotten subject.
+partition (read_committed) and keeps the aggregate's events. In its history, personal fields
+are opened with the subject's keys from the key topic, read just before, and are ``None``
+for a forgotten subject; a state's replay reads no keys, since a state holds no personal
+field.
 
 **Time travel** is replay: the state after version N, or as of event time T (the events in
 version order while their ``ts`` is at most T: the cart as it was at T, if events are
@@ -96,10 +97,7 @@ class AggregateReader(Generic[S, C, E]):
             topics = self._topics()
             events = topics.get(self.kind.topics.events)
             if events is None:
-                raise ReaderError(
-                    f"no topic {self.kind.topics.events} at {self.bootstrap} (has a command "
-                    f"processor for {self.kind.name} run there?)"
-                )
+                raise ReaderError(self.kind.no_topic(self.kind.topics.events, self.bootstrap))
             self._partitions = events
             self._snapshots = self.kind.topics.snapshots in topics
         return murmur2_partition(self.kind.format.key(aggregate_id), self._partitions)
@@ -172,7 +170,9 @@ class AggregateReader(Generic[S, C, E]):
             at_version is None or snapshot.aggregate.version <= at_version
         ):
             start, after = snapshot.aggregate, snapshot.offset
-        events = self.events_of(aggregate_id, after=after)
+        # A state holds no personal field (AggregateType's rule), so the replay needs none of
+        # the key topic's keys: sealed fields fold as None, as for a forgotten subject.
+        events = self.events_of(aggregate_id, after=after, keyring=Keyring())
         wanted = [
             event
             for event in _while(events, at_time)
@@ -190,10 +190,7 @@ class AggregateReader(Generic[S, C, E]):
         """Delete ``subject``'s keys (a tombstone in the key topic), after which their
         personal fields read as ``None`` everywhere; returns how many keys it had."""
         if self.kind.topics.keys not in self._topics():
-            raise ReaderError(
-                f"no topic {self.kind.topics.keys} at {self.bootstrap} (has a command "
-                f"processor for {self.kind.name} run there?)"
-            )
+            raise ReaderError(self.kind.no_topic(self.kind.topics.keys, self.bootstrap))
         held = len(self.keyring().keys_of(subject))
         producer = Producer(self._settings(**{"enable.idempotence": True}))
         failures: list[str] = []

@@ -17,7 +17,6 @@ from riverbed.eventsourcing.projections import (
     ProjectionError,
     ProjectionFold,
     Restored,
-    aggregate_of,
 )
 from riverbed.eventsourcing.shop.carts import CART_TYPE, FORMAT, TYPES
 
@@ -115,7 +114,7 @@ def test_stopped_anywhere_and_restored_from_its_last_commit_equals_a_rebuild(see
             assert batch is not None
             documents = {a.aggregate_id: CART_TYPE.document(a) for a in batch.aggregates}
             aggregates = {**committed.aggregates}
-            aggregates.update({k: aggregate_of(CART_TYPE, d) for k, d in documents.items()})
+            aggregates.update({k: CART_TYPE.aggregate_of(d) for k, d in documents.items()})
             committed = Restored(aggregates=aggregates, positions=batch.positions)
         if stop_at and n == stop_at[0]:  # killed: restart from the committed model
             stop_at.pop(0)
@@ -187,11 +186,11 @@ def test_a_state_document_reads_back_as_its_aggregate() -> None:
     document = CART_TYPE.document(aggregate)
     assert document == {"cart_id": "a", "user_id": "user-a", "version": 2,
                         "items": {"p1": 1}, "checked_out": True}  # fmt: skip
-    assert aggregate_of(CART_TYPE, document) == aggregate
+    assert CART_TYPE.aggregate_of(document) == aggregate
     with pytest.raises(MessageError):
-        aggregate_of(CART_TYPE, {**document, "items": {"p1": 0}})
+        CART_TYPE.aggregate_of({**document, "items": {"p1": 0}})
     with pytest.raises(MessageError):
-        aggregate_of(CART_TYPE, {**document, "version": -1})
+        CART_TYPE.aggregate_of({**document, "version": -1})
 
 
 def test_the_postgres_model_has_a_column_per_field_of_the_state_document() -> None:
