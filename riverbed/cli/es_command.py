@@ -19,14 +19,14 @@ import queue
 import sys
 import threading
 import time
+from functools import partial
 from typing import Any
 
 from riverbed.cli import es_project
 from riverbed.cli.arguments import (
-    add_bootstrap_argument,
     add_command,
     add_command_with_actions,
-    add_connect_timeout_argument,
+    add_connection_arguments,
     add_number,
     non_negative_int,
     positive_int,
@@ -34,16 +34,19 @@ from riverbed.cli.arguments import (
 from riverbed.cli.confluent import quiet_settings
 from riverbed.cli.errors import CliError
 from riverbed.cli.offset_reset import parse_datetime_ms
+from riverbed.cli.output import notice
 from riverbed.cli.stopping import StopSignals
 from riverbed.eventsourcing import EventSourcingError, MessageError
+from riverbed.eventsourcing.aggregate_type import AggregateType
 from riverbed.eventsourcing.processor import CommandProcessor, ProcessorConfig
 from riverbed.eventsourcing.reader import AggregateReader
 from riverbed.eventsourcing.sender import CommandSender
-from riverbed.eventsourcing.shop import carts
+from riverbed.eventsourcing.shop import AGGREGATE_TYPES
 
 __all__ = ["add_parser"]
 
-AGGREGATES = ("carts",)
+say = partial(notice, "riverbed es")
+"""A line on stderr for ``riverbed es``: progress, or an input line it skipped."""
 
 
 def add_parser(commands: Any) -> None:
@@ -60,8 +63,8 @@ def add_parser(commands: Any) -> None:
         "Decide the commands of shop.carts.commands into events, results and offsets, one "
         "transaction a batch. Instances with the same --group share the partitions.",
     )
-    run.add_argument("aggregate", choices=AGGREGATES, help="the aggregate type")
-    _add_connection(run)
+    run.add_argument("aggregate", choices=sorted(AGGREGATE_TYPES), help="the aggregate type")
+    add_connection_arguments(run)
     run.add_argument("--group", default="riverbed-es-carts", help="consumer group id")
     run.add_argument(
         "--instance",
@@ -82,8 +85,8 @@ def add_parser(commands: Any) -> None:
         "and print each result as it arrives. Missing command_id, ts, expected_version and "
         "data are filled in (a new id, now, null, {}).",
     )
-    send.add_argument("aggregate", choices=AGGREGATES, help="the aggregate type")
-    _add_connection(send)
+    send.add_argument("aggregate", choices=sorted(AGGREGATE_TYPES), help="the aggregate type")
+    add_connection_arguments(send)
     add_number(send, "--answer-timeout-ms", positive_int, 30_000,
                "give up on commands with no result this long after the last one sent",
                metavar="MS")  # fmt: skip
@@ -95,9 +98,9 @@ def add_parser(commands: Any) -> None:
         "Print the cart's state as JSON, by replaying its events (from its latest snapshot "
         "where one helps).",
     )
-    state.add_argument("aggregate", choices=AGGREGATES, help="the aggregate type")
+    state.add_argument("aggregate", choices=sorted(AGGREGATE_TYPES), help="the aggregate type")
     state.add_argument("aggregate_id", metavar="CART_ID", help="the cart")
-    _add_connection(state)
+    add_connection_arguments(state)
     when = state.add_mutually_exclusive_group()
     when.add_argument("--at-version", type=positive_int, metavar="N",
                       help="the state after the cart's first N events")  # fmt: skip
@@ -114,9 +117,9 @@ def add_parser(commands: Any) -> None:
         "Print the cart's events in version order, personal fields decrypted where the "
         "user's key still exists (null where the user was forgotten).",
     )
-    history.add_argument("aggregate", choices=AGGREGATES, help="the aggregate type")
+    history.add_argument("aggregate", choices=sorted(AGGREGATE_TYPES), help="the aggregate type")
     history.add_argument("aggregate_id", metavar="CART_ID", help="the cart")
-    _add_connection(history)
+    add_connection_arguments(history)
     history.set_defaults(run=_history)
     forget = add_command(
         actions,
@@ -127,14 +130,9 @@ def add_parser(commands: Any) -> None:
         "the keys from the log for good. The events stay.",
     )
     forget.add_argument("user_id", metavar="USER_ID", help="the user")
-    _add_connection(forget)
+    add_connection_arguments(forget)
     forget.set_defaults(run=_forget)
     es_project.add_parser(actions)
-
-
-def _add_connection(parser: argparse.ArgumentParser) -> None:
-    add_bootstrap_argument(parser, "broker(s) to connect to")
-    add_connect_timeout_argument(parser, "give up when no broker answers within this time")
 
 
 def _time_ms(text: str) -> int:
@@ -145,9 +143,6 @@ def _time_ms(text: str) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    def say(line: str) -> None:
-        print(f"riverbed es: {line}", file=sys.stderr, flush=True)
-
     config = ProcessorConfig(
         bootstrap=args.bootstrap,
         group_id=args.group,
@@ -156,7 +151,7 @@ def _run(args: argparse.Namespace) -> int:
         snapshot_every=args.snapshot_every,
         timeout_s=args.connect_timeout_ms / 1000,
     )
-    processor = CommandProcessor(config, carts.CART_TYPE, say=say)
+    processor = CommandProcessor(config, AGGREGATE_TYPES[args.aggregate], say=say)
     with StopSignals() as stop:
         try:
             processor.run(stopping=stop.requested)
@@ -175,8 +170,8 @@ def _send(args: argparse.Namespace) -> int:
 
     try:
         sender = CommandSender(
-            carts.CART_TYPE, args.bootstrap, timeout_s=args.connect_timeout_ms / 1000,
-            extra=quiet_settings(),
+            AGGREGATE_TYPES[args.aggregate], args.bootstrap,
+            timeout_s=args.connect_timeout_ms / 1000, extra=quiet_settings(),
         )  # fmt: skip
     except EventSourcingError as e:
         raise CliError(str(e)) from None
@@ -204,12 +199,11 @@ def _send(args: argparse.Namespace) -> int:
                     sender.send(document)
                 except ValueError as e:
                     wrong += 1
-                    print(f"riverbed es: line {number}: not JSON ({e})", file=sys.stderr,
-                          flush=True)  # fmt: skip
+                    say(f"line {number}: not JSON ({e})")
                     continue
                 except MessageError as e:
                     wrong += 1
-                    print(f"riverbed es: line {number}: {e}", file=sys.stderr, flush=True)
+                    say(f"line {number}: {e}")
                     continue
                 last_sent = time.monotonic()
             for result in sender.answers(0.05):
@@ -226,40 +220,42 @@ def _send(args: argparse.Namespace) -> int:
     return 1 if wrong else 0
 
 
-def _reader(args: argparse.Namespace) -> AggregateReader[Any, Any, Any]:
+def _reader(
+    args: argparse.Namespace, kind: AggregateType[Any, Any, Any]
+) -> AggregateReader[Any, Any, Any]:
     return AggregateReader(
-        carts.CART_TYPE, args.bootstrap, timeout_s=args.connect_timeout_ms / 1000,
-        extra=quiet_settings(),
-    )  # fmt: skip
+        kind, args.bootstrap, timeout_s=args.connect_timeout_ms / 1000, extra=quiet_settings()
+    )
 
 
 def _state(args: argparse.Namespace) -> int:
     try:
-        with _reader(args) as reader:
+        with _reader(args, AGGREGATE_TYPES[args.aggregate]) as reader:
             cart = reader.state_of(
                 args.aggregate_id, at_version=args.at_version, at_time=args.at_time,
                 snapshots=not args.no_snapshots,
             )  # fmt: skip
     except EventSourcingError as e:
         raise CliError(str(e)) from None
-    print(json.dumps(carts.CART_TYPE.document(cart), separators=(",", ":")))
+    print(json.dumps(reader.kind.document(cart), separators=(",", ":")))
     return 0
 
 
 def _history(args: argparse.Namespace) -> int:
     try:
-        with _reader(args) as reader:
+        with _reader(args, AGGREGATE_TYPES[args.aggregate]) as reader:
             events = reader.events_of(args.aggregate_id)
     except EventSourcingError as e:
         raise CliError(str(e)) from None
     for event in events:
-        print(json.dumps(carts.FORMAT.document(event), separators=(",", ":")))
+        print(json.dumps(reader.kind.format.document(event), separators=(",", ":")))
     return 0
 
 
 def _forget(args: argparse.Namespace) -> int:
     try:
-        with _reader(args) as reader:
+        # The shop's users have one key topic, shop.keys, the carts'.
+        with _reader(args, AGGREGATE_TYPES["carts"]) as reader:
             held = reader.forget(args.user_id)
     except EventSourcingError as e:
         raise CliError(str(e)) from None

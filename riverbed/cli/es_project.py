@@ -13,29 +13,28 @@ stops once every events partition has been read to its end. Progress goes to std
 from __future__ import annotations
 
 import argparse
-import sys
+from functools import partial
 from typing import Any
 
 from riverbed.cli.arguments import (
-    add_bootstrap_argument,
     add_command,
-    add_connect_timeout_argument,
+    add_connection_arguments,
     add_number,
     positive_int,
 )
 from riverbed.cli.confluent import quiet_settings
 from riverbed.cli.errors import CliError
+from riverbed.cli.output import notice
 from riverbed.cli.stopping import StopSignals
 from riverbed.eventsourcing import EventSourcingError
 from riverbed.eventsourcing.projection_changelog import ChangelogStore
 from riverbed.eventsourcing.projection_postgres import PostgresStore
 from riverbed.eventsourcing.projection_runner import ProjectionConfig, ProjectionRunner
 from riverbed.eventsourcing.projections import ProjectionStore
-from riverbed.eventsourcing.shop import carts
+from riverbed.eventsourcing.shop import AGGREGATE_TYPES
 
 __all__ = ["add_parser"]
 
-KINDS = {"carts": carts.CART_TYPE}
 DEFAULT_TOPIC = "shop.carts.state"
 DEFAULT_TABLE = "carts"
 
@@ -50,9 +49,8 @@ def add_parser(actions: Any) -> None:
         "PostgreSQL table, each batch with its position in one transaction (exactly once). "
         "Restarted, it goes on from the position its model holds.",
     )
-    project.add_argument("aggregate", choices=sorted(KINDS), help="the aggregate type")
-    add_bootstrap_argument(project, "broker(s) to connect to")
-    add_connect_timeout_argument(project, "give up when no broker answers within this time")
+    project.add_argument("aggregate", choices=sorted(AGGREGATE_TYPES), help="the aggregate type")
+    add_connection_arguments(project)
     project.add_argument("--to", required=True, choices=("topic", "postgres"),
                          help="where the model lives")  # fmt: skip
     project.add_argument("--topic", default=DEFAULT_TOPIC,
@@ -72,10 +70,7 @@ def add_parser(actions: Any) -> None:
 
 
 def _project(args: argparse.Namespace) -> int:
-    def say(line: str) -> None:
-        print(f"riverbed es: {line}", file=sys.stderr, flush=True)
-
-    kind = KINDS[args.aggregate]
+    kind = AGGREGATE_TYPES[args.aggregate]
     timeout_s = args.connect_timeout_ms / 1000
     store: ProjectionStore[Any]
     if args.to == "postgres":
@@ -87,7 +82,7 @@ def _project(args: argparse.Namespace) -> int:
                                timeout_s=timeout_s, extra=quiet_settings())  # fmt: skip
     config = ProjectionConfig(bootstrap=args.bootstrap, max_batch=args.max_batch,
                               timeout_s=timeout_s, extra=quiet_settings())  # fmt: skip
-    runner = ProjectionRunner(config, kind, store, say=say)
+    runner = ProjectionRunner(config, kind, store, say=partial(notice, "riverbed es"))
     with StopSignals() as stop:
         try:
             runner.run(stopping=stop.requested, rebuild=args.rebuild,
