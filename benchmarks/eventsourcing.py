@@ -391,7 +391,7 @@ class ResultTail(threading.Thread):
                 "bootstrap.servers": self.bootstrap,
                 "group.id": "bench-tail",
                 "isolation.level": "read_committed",
-                "fetch.wait.max.ms": 5,
+                "fetch.wait.max.ms": 100,
                 "enable.auto.commit": False,
             }
         )

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import pytest
 
 from riverbed.broker.groups import ManualTimers
-from riverbed.broker.internal_topics import TRANSACTION_STATE_TOPIC, InternalTopic
+from riverbed.broker.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, InternalTopic
 from riverbed.broker.txn import TransactionCoordinator, TxnSettings, TxnState, TxnStateLog
 from riverbed.broker.txn.engine import MAX_EPOCH
 from riverbed.log import Log, LogManager, SimpleRecord, TopicConfig, build_batch
@@ -29,11 +29,6 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coroutine)
 
 
-async def _flush(logs: Iterable[Log]) -> None:
-    for log in logs:
-        log.flush()
-
-
 class Fixture:
     def __init__(self, directory: Path, *, start_ms: int = START_MS, **settings: int) -> None:
         self.timers = ManualTimers(start_ms=start_ms)
@@ -41,18 +36,40 @@ class Fixture:
         if "t" not in self.logs.topics():
             self.logs.create_topic("t", partitions=2)
         self.markers: list[tuple[str, int, int, bool]] = []
+        self.flushes: list[tuple[list[Log], int]] = []
+        """Each fsync the coordinator asked for: the logs, and the state records by then."""
         state = InternalTopic(
-            self.logs, TRANSACTION_STATE_TOPIC, flush=_flush, clock=self.timers.now_ms, partitions=3
+            self.logs,
+            TRANSACTION_STATE_TOPIC,
+            flush=self._flush,
+            clock=self.timers.now_ms,
+            partitions=3,
         )
         self.txns = TransactionCoordinator(
             logs=self.logs,
-            flush=_flush,
+            flush=self._flush,
             timers=self.timers,
             settings=TxnSettings(**settings),
             on_marker=lambda *marker: self.markers.append(marker),
             state_log=TxnStateLog(state),
         )
         self.txns.load()
+
+    async def _flush(self, logs: Iterable[Log]) -> None:
+        flushed = list(logs)
+        self.flushes.append((flushed, self.state_records()))
+        for log in flushed:
+            log.flush()
+
+    def state_records(self) -> int:
+        """How many records ``__transaction_state`` holds."""
+        topic = self.logs.topics().get(TRANSACTION_STATE_TOPIC)
+        if topic is None:
+            return 0
+        return sum(
+            self.logs.log(TRANSACTION_STATE_TOPIC, p).log_end_offset
+            for p in range(topic.partitions)
+        )
 
     async def start(self) -> None:
         await self.txns.recover()
@@ -246,3 +263,66 @@ def test_a_decided_transaction_is_completed_by_the_next_start(tmp_path: Path, co
         g.close()
 
     run(second())
+
+
+def test_a_commit_fsyncs_its_data_and_offsets_before_its_decision_is_written(
+    tmp_path: Path,
+) -> None:
+    """The broker answers a transactional produce and TxnOffsetCommit before any fsync, so
+    EndTxn must fsync the transaction's partitions itself, and before the PrepareCommit
+    record exists: otherwise the page cache could write the decision to disk ahead of what
+    it commits, and a machine crash would leave a committed transaction missing its data."""
+
+    async def scenario() -> None:
+        f = Fixture(tmp_path)
+        await f.start()
+        f.logs.create_topic(OFFSETS_TOPIC, partitions=1)  # as AddOffsetsToTxn's handler does
+        _, pid, _ = await f.txns.init_producer_id("d", timeout_ms=60_000)
+        await f.txns.add_partitions("d", producer_id=pid, producer_epoch=0, partitions=[TP])
+        assert await f.txns.add_offsets("d", producer_id=pid, producer_epoch=0, partition=0) == (
+            E.none
+        )
+        f.produce(pid, 0, 0)
+        data, offsets = f.logs.log(*TP), f.logs.log(OFFSETS_TOPIC, 0)
+        offsets.append(  # what TxnOffsetCommit writes (riverbed.broker.groups.offset_store)
+            build_batch(
+                [SimpleRecord(key=b"k", value=b"v")],
+                producer_id=pid,
+                producer_epoch=0,
+                is_transactional=True,
+            )
+        )
+        assert data.flushed_offset < data.log_end_offset
+        records_before = f.state_records()
+        f.flushes.clear()
+        assert await f.txns.end_txn("d", producer_id=pid, producer_epoch=0, commit=True) == E.none
+
+        first_logs, records_then = f.flushes[0]
+        assert {id(log) for log in first_logs} == {id(data), id(offsets)}
+        assert records_then == records_before, "the decision was written before the data's fsync"
+        assert f.state_records() == records_before + 1  # PrepareCommit
+        assert len(f.flushes) == 2 and f.flushes[1][1] == records_before + 1  # then its fsync
+        assert sorted(f.markers) == [(OFFSETS_TOPIC, 0, pid, True), ("t", 0, pid, True)]
+        f.close()
+
+    run(scenario())
+
+
+def test_an_abort_fsyncs_no_data(tmp_path: Path) -> None:
+    """Aborted data counts for nothing, so an abort fsyncs only its decision."""
+
+    async def scenario() -> None:
+        f = Fixture(tmp_path)
+        await f.start()
+        _, pid, _ = await f.txns.init_producer_id("d", timeout_ms=60_000)
+        await f.txns.add_partitions("d", producer_id=pid, producer_epoch=0, partitions=[TP])
+        f.produce(pid, 0, 0)
+        f.flushes.clear()
+        assert await f.txns.end_txn("d", producer_id=pid, producer_epoch=0, commit=False) == (
+            E.none
+        )
+        assert len(f.flushes) == 1
+        assert all(log is not f.logs.log(*TP) for log in f.flushes[0][0])
+        f.close()
+
+    run(scenario())

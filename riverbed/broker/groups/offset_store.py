@@ -244,7 +244,12 @@ class OffsetStore:
     ) -> None:
         if not records:
             return
-        appended = await self._topic.append(group_id, records, producer=producer)
+        # A transactional commit (TxnOffsetCommit) is not fsynced here: it counts only once
+        # its transaction commits, and EndTxn fsyncs every partition of the transaction
+        # before deciding (riverbed.broker.txn.engine).
+        appended = await self._topic.append(
+            group_id, records, flush=producer is None, producer=producer
+        )
         pending = None
         if producer is not None:
             key = (self.partition_of(group_id), producer[0])

@@ -3,7 +3,10 @@
 The batch bytes go to the log untouched but for the offsets patched into its header (see
 ``riverbed.log``). With ``acks=all`` the response waits for the group flusher, so an
 acknowledged batch is on stable storage; with ``acks=1`` it is acknowledged once written;
-with ``acks=0`` no response is sent at all, as the protocol says.
+with ``acks=0`` no response is sent at all, as the protocol says. A transactional batch is
+answered without waiting: it counts only if its transaction commits, and the commit fsyncs
+it before the decision is written (:mod:`riverbed.broker.txn.engine`); the flusher's next
+round is asked to start on it meanwhile.
 
 Transactional batches (a request with a ``transactional_id``) are checked with the
 transaction coordinator first: the producer's epoch must be current and the partition
@@ -61,7 +64,12 @@ async def produce(state: BrokerState, request: Request) -> dict[str, Any] | None
             results.append(result)
         responses.append({"name": topic.name, "partition_responses": partitions})
 
-    if acks == ACKS_ALL and written:
+    # Transactional data is fsynced by its commit (EndTxn fsyncs every partition of the
+    # transaction before the decision is written): until then it counts for nothing, and a
+    # machine crash aborts it. Waiting here too put a second fsync on each transaction's path.
+    if body.transactional_id is not None:
+        state.flusher.soon(written)
+    elif acks == ACKS_ALL and written:
         try:
             await state.flusher.flushed(written)
         except OSError as e:

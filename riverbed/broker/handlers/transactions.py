@@ -121,6 +121,8 @@ async def txn_offset_commit(state: BrokerState, request: Request) -> dict[str, A
                 )
             except (LogError, OSError) as e:
                 code = error_code_for(e)
+            else:  # fsynced by the commit, which waits for it (riverbed.broker.txn.engine)
+                state.flusher.soon([state.groups.store.partition_log(group_id)])
         code = fenced_for(code, request.api_version, since=3)
         codes.update(dict.fromkeys(offsets, code))
     return {"throttle_time": 0, "topics": partition_errors(body.topics, codes)}

@@ -6,9 +6,12 @@ Ending a transaction (EndTxn, a timeout, or a fence by a new producer instance) 
 two-phase commit, with the markers written by the coordinator itself (one broker: no
 WriteTxnMarkers round trip):
 
-1. PrepareCommit/PrepareAbort is appended and fsynced: from here the outcome is decided.
-   The record keeps each partition's log end offset (its *bound*: the transaction's data
-   lies below it).
+1. For a commit, every partition of the transaction is fsynced first: the broker answers
+   a transactional produce and TxnOffsetCommit without waiting for an fsync (what they
+   wrote counts only if this commit happens), so it is done once here, before the decision
+   can reach the disk. Then PrepareCommit/PrepareAbort is appended and fsynced: from here
+   the outcome is decided. The record keeps each partition's log end offset (its *bound*:
+   the transaction's data lies below it).
 2. A commit or abort control batch is appended to every partition of the transaction
    (``Log.append_marker``); read_committed readers see the outcome at once.
 3. The id is CompleteCommit/CompleteAbort, and the client answered. The markers are
@@ -111,6 +114,10 @@ class TransactionEngine:
         return error
 
     async def _end(self, meta: TxnMetadata, *, commit: bool) -> ErrorCode:
+        if commit:
+            error = await self._flush_data(meta)
+            if error is not E.none:
+                return error
         prepared = meta.copy()
         prepared.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         prepared.update_ms = self._timers.now_ms()
@@ -127,6 +134,20 @@ class TransactionEngine:
                 self._arm_timeout(meta)
             return error
         return await self._complete(prepared)
+
+    async def _flush_data(self, meta: TxnMetadata) -> ErrorCode:
+        """fsync the transaction's partitions (its data and offsets), before a commit is
+        decided: the Prepare record must not reach the disk ahead of what it commits."""
+        logs: list[Log] = []
+        for topic, partition in meta.partitions:
+            with contextlib.suppress(LogError):  # a deleted topic: nothing left to commit
+                logs.append(self._logs.log(topic, partition))
+        try:
+            await self._flush(logs)
+        except OSError as e:
+            log.error("transaction %s: fsync failed: %s", meta.transactional_id, e)
+            return E.coordinator_not_available  # still Ongoing: the client may retry
+        return E.none
 
     async def _complete(self, prepared: TxnMetadata, *, recovering: bool = False) -> ErrorCode:
         """Steps 2 and 3: the markers, then the Complete* state.
