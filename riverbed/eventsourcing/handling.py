@@ -21,11 +21,19 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from riverbed.eventsourcing.decider import Decider, Rejection
-from riverbed.eventsourcing.errors import ReplayError
+from riverbed.eventsourcing.errors import MessageError, ReplayError
 from riverbed.eventsourcing.messages import ACCEPTED, REJECTED, Command, Event, Result
 from riverbed.eventsourcing.upcasting import Upcasters
 
-__all__ = ["VERSION_CONFLICT", "Aggregate", "Decision", "DomainTypes", "decide", "replay"]
+__all__ = [
+    "VERSION_CONFLICT",
+    "Aggregate",
+    "Decision",
+    "DomainTypes",
+    "decide",
+    "domain_event",
+    "replay",
+]
 
 VERSION_CONFLICT = "version_conflict"
 """The contract's reason for a command whose ``expected_version`` is not the aggregate's."""
@@ -40,12 +48,14 @@ class DomainTypes(Generic[C, E]):
     """How an aggregate's commands and events look on the wire.
 
     ``command_of`` reads a command's ``type`` and ``data`` (a :class:`Rejection` if it
-    cannot: an unknown type, a missing field); ``event_of`` reads an event already upcast to
-    its current schema; ``event_data`` gives a domain event's type and data.
+    cannot: an unknown type, a missing field); ``event_of`` reads an event's ``type`` and
+    ``data``, already upcast to its current schema (a
+    :class:`~riverbed.eventsourcing.errors.MessageError` if it cannot, which the caller
+    completes with the event's id); ``event_data`` gives a domain event's type and data.
     """
 
     command_of: Callable[[Command], C | Rejection]
-    event_of: Callable[[Event], E]
+    event_of: Callable[[str, dict[str, Any]], E]
     event_data: Callable[[E], tuple[str, dict[str, Any]]]
     upcasters: Upcasters = dataclasses.field(default_factory=Upcasters)
 
@@ -141,9 +151,23 @@ def replay(
             raise ReplayError(
                 f"{aggregate.aggregate_id}: event version {event.version} after {version}"
             )
-        state = decider.evolve(state, types.event_of(types.upcasters.upcast(event)))
+        state = decider.evolve(
+            state, domain_event(types, event.type, event.schema, event.data, event.event_id)
+        )
         subject = event.user_id if version == 0 else subject
         version = event.version
     return Aggregate(
         aggregate_id=aggregate.aggregate_id, state=state, version=version, subject=subject
     )
+
+
+def domain_event(
+    types: DomainTypes[C, E], event_type: str, schema: int, data: dict[str, Any], event_id: str
+) -> E:
+    """A stored event as its domain event: its data upcast to the current schema, then read
+    by the domain's ``event_of`` (a MessageError from it names the event)."""
+    current = types.upcasters.data_of(event_type, schema, data, event_id=event_id)
+    try:
+        return types.event_of(event_type, current)
+    except MessageError as e:
+        raise MessageError(f"event {event_id} ({event_type} version {schema}): {e}") from None

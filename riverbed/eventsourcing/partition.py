@@ -29,16 +29,22 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from riverbed.client.partitioner import murmur2_partition
 from riverbed.eventsourcing.aggregate_type import AggregateType
-from riverbed.eventsourcing.errors import MessageError
-from riverbed.eventsourcing.handling import Aggregate, decide, replay
-from riverbed.eventsourcing.messages import REJECTED, Event, Result
-from riverbed.eventsourcing.shredding import Keyring, new_key, new_key_id, opened, seal_fields
+from riverbed.eventsourcing.errors import MessageError, ReplayError
+from riverbed.eventsourcing.handling import Aggregate, decide, domain_event
+from riverbed.eventsourcing.messages import REJECTED, Event, Result, loads_object
+from riverbed.eventsourcing.shredding import (
+    Keyring,
+    new_key,
+    new_key_id,
+    open_fields,
+    seal_fields,
+)
 
-__all__ = ["INVALID_COMMAND", "WRONG_PARTITION", "CommandPartition", "Handled"]
+__all__ = ["INVALID_COMMAND", "WRONG_PARTITION", "CommandPartition", "Handled", "Restoring"]
 
 INVALID_COMMAND = "invalid_command"
 """The reason given for a command whose fields are not the contract's."""
@@ -85,23 +91,14 @@ class CommandPartition(Generic[S, C, E]):
         """Start ``aggregate``'s replay from a snapshot (before its later events)."""
         self.aggregates[aggregate.aggregate_id] = aggregate
 
-    def restore_event(self, event: Event) -> None:
-        """One event of the partition, in log order (events a snapshot includes are
-        skipped)."""
-        current = self.aggregate(event.aggregate_id)
-        if event.version <= current.version:
-            return
-        self.aggregates[event.aggregate_id] = replay(
-            self.kind.decider, self.kind.types, current, [self.opened(event)]
-        )
+    def restoring(self) -> Restoring[S, C, E]:
+        """A fold of the partition's events, in log order, into its aggregates (after
+        their snapshots); they are updated when it is closed."""
+        return Restoring(self)
 
     def restore_result(self, result: Result) -> None:
         """One result of the partition: its command id is decided."""
         self.results.setdefault(result.command_id, result)
-
-    def opened(self, event: Event) -> Event:
-        """``event`` with its personal fields opened (``None`` for a forgotten subject)."""
-        return opened(event, self.kind.personal, self.keyring)
 
     def handle(self, value: bytes | None) -> Handled:
         """The answer to one command record (see the module docstring); raises
@@ -166,3 +163,92 @@ class CommandPartition(Generic[S, C, E]):
         )
         self.results[command_id] = result
         return Handled(result=result, events=[], new_keys=[], duplicate=False)
+
+
+class Restoring(Generic[S, C, E]):
+    """A partition's events folded into its aggregates as they are read, once per
+    assignment: every event passes here, so no object is made per event but the domain's
+    (an aggregate's state, version and subject are kept in a list until :meth:`close`).
+    Events a snapshot includes (a version not above the aggregate's) are skipped. Use it as
+    a context manager: the aggregates are updated when the block ends without an error."""
+
+    def __init__(self, partition: CommandPartition[S, C, E]) -> None:
+        kind = partition.kind
+        self._partition = partition
+        self._format = kind.format
+        self._id_field = kind.format.id_field
+        self._initial = kind.decider.initial
+        self._evolve = kind.decider.evolve
+        self._types = kind.types
+        self._personal = kind.personal
+        self._keyring = partition.keyring
+        self._folds: dict[str, list[Any]] = {}  # aggregate id -> [state, version, subject]
+
+    def __enter__(self) -> Restoring[S, C, E]:
+        return self
+
+    def __exit__(self, error: type[BaseException] | None, *_: object) -> None:
+        if error is None:
+            self.close()
+
+    def value(self, value: bytes | None) -> None:
+        """One record of the events partition, as read; a
+        :class:`~riverbed.eventsourcing.errors.EventSourcingError` if it is not an event
+        that continues its aggregate."""
+        fields = loads_object(value, "event")
+        if not self._format.well_formed_event(fields):
+            self.event(self._format.event_of(fields))  # names the first wrong field
+            return
+        self._fold(
+            fields[self._id_field], fields["version"], fields["type"], fields["schema"],
+            fields["data"], fields.get("user_id"), fields["event_id"],
+        )  # fmt: skip
+
+    def event(self, event: Event) -> None:
+        """One event of the partition, decoded."""
+        self._fold(
+            event.aggregate_id, event.version, event.type, event.schema, event.data,
+            event.user_id, event.event_id,
+        )  # fmt: skip
+
+    def _fold(
+        self,
+        aggregate_id: str,
+        version: int,
+        event_type: str,
+        schema: int,
+        data: dict[str, Any],
+        user_id: str | None,
+        event_id: str,
+    ) -> None:
+        fold = self._folds.get(aggregate_id)
+        if fold is None:
+            known = self._partition.aggregates.get(aggregate_id)
+            fold = (
+                [self._initial, 0, None]
+                if known is None
+                else [known.state, known.version, known.subject]
+            )
+            self._folds[aggregate_id] = fold
+        if version <= fold[1]:
+            return
+        if version != fold[1] + 1:
+            raise ReplayError(f"{aggregate_id}: event version {version} after {fold[1]}")
+        sealed = self._personal.get(event_type)
+        if sealed and user_id is not None:
+            keys = self._keyring.keys_of(user_id)
+            data = open_fields(data, sealed, keys=keys, subject=user_id)
+        domain = domain_event(self._types, event_type, schema, data, event_id)
+        fold[0] = self._evolve(fold[0], domain)
+        fold[1] = version
+        if version == 1:
+            fold[2] = user_id  # an aggregate's subject: the user of its first event
+
+    def close(self) -> None:
+        """The folded aggregates into the partition."""
+        aggregates = self._partition.aggregates
+        for aggregate_id, (state, version, subject) in self._folds.items():
+            aggregates[aggregate_id] = Aggregate(
+                aggregate_id=aggregate_id, state=state, version=version, subject=subject
+            )
+        self._folds.clear()

@@ -43,7 +43,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from riverbed.eventsourcing.errors import MessageError
-from riverbed.eventsourcing.messages import Event, dumps
+from riverbed.eventsourcing.messages import Event, dumps, loads
 
 __all__ = [
     "ALGORITHM",
@@ -118,7 +118,7 @@ def open_fields(
         try:
             raw = base64.b64decode(value["value"], validate=True)
             plain = AESGCM(key).decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], subject.encode())
-            opened[name] = json.loads(plain)
+            opened[name] = loads(plain)
         except (binascii.Error, InvalidTag, ValueError, TypeError):
             raise MessageError(
                 f"field {name!r} does not open with the key of {subject!r}"

@@ -55,18 +55,28 @@ class Upcasters:
         target = self.schema_of(event.type)
         if event.schema == target:
             return event
-        if event.schema > target:
+        data = self.data_of(event.type, event.schema, event.data, event_id=event.event_id)
+        return dataclasses.replace(event, data=data, schema=target)
+
+    def data_of(
+        self, event_type: str, schema: int, data: dict[str, Any], *, event_id: str
+    ) -> dict[str, Any]:
+        """An event's ``data`` in its type's current schema (``data`` itself if it already
+        is); ``event_id`` names the event in an :class:`UpcastError`."""
+        target = self.current.get(event_type, 1)
+        if schema == target:
+            return data
+        if schema > target:
             raise UpcastError(
-                f"event {event.event_id} is {event.type} version {event.schema}; this code "
-                f"knows versions up to {target}"
+                f"event {event_id} is {event_type} version {schema}; this code knows "
+                f"versions up to {target}"
             )
-        data = event.data
-        for version in range(event.schema, target):
-            step = self.steps.get((event.type, version))
+        for version in range(schema, target):
+            step = self.steps.get((event_type, version))
             if step is None:
                 raise UpcastError(
-                    f"event {event.event_id} is {event.type} version {event.schema}, and no "
-                    f"upcaster leads from version {version} to {version + 1}"
+                    f"event {event_id} is {event_type} version {schema}, and no upcaster "
+                    f"leads from version {version} to {version + 1}"
                 )
             data = step(dict(data))
-        return dataclasses.replace(event, data=data, schema=target)
+        return data

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from riverbed.client.partitioner import murmur2_partition
-from riverbed.eventsourcing import Event, MessageError, Result
+from riverbed.eventsourcing import Event, MessageError, ReplayError, Result
 from riverbed.eventsourcing.partition import CommandPartition, Handled
 from riverbed.eventsourcing.shop.carts import CART_TYPE, FORMAT, CartState
-from riverbed.eventsourcing.shredding import Keyring, is_sealed
+from riverbed.eventsourcing.shredding import Keyring, is_sealed, opened
 
 
 def partition(
@@ -64,7 +64,9 @@ def test_personal_fields_are_sealed_with_one_key_per_user() -> None:
     assert checked_out.new_keys == ["u1"] and event.data["shipping_address"]["kid"] in set(
         carts.keyring.keys_of("u1")
     )
-    assert carts.opened(event).data == {"shipping_address": "1 Main St"}
+    assert opened(event, CART_TYPE.personal, carts.keyring).data == {
+        "shipping_address": "1 Main St"
+    }
     other_cart = json.dumps({**json.loads(ADD), "command_id": "c3", "cart_id": "cart-2"}).encode()
     carts.handle(other_cart)
     out = json.loads(CHECK_OUT) | {"command_id": "c4", "cart_id": "cart-2"}
@@ -84,14 +86,20 @@ def written(
     return events, results
 
 
+def restore(carts: CommandPartition[CartState, Any, Any], events: list[Event]) -> None:
+    """``events`` as the processor restores them: the records' bytes, in log order."""
+    with carts.restoring() as restoring:
+        for event in events:
+            restoring.value(FORMAT.encode_event(event)[1])
+
+
 def test_a_partition_restored_from_its_topics_answers_as_before() -> None:
     live = partition()
     events, results = written(
         live, ADD, record("c5", "RemoveItem", {"product_id": "p7"}), CHECK_OUT
     )
     restored = partition(Keyring({u: dict(k) for u, k in live.keyring.keys.items()}))
-    for event in events:
-        restored.restore_event(event)
+    restore(restored, events)
     for result in results:
         restored.restore_result(result)
     assert restored.aggregates == live.aggregates and restored.results == live.results
@@ -100,21 +108,44 @@ def test_a_partition_restored_from_its_topics_answers_as_before() -> None:
     # From a snapshot after version 1: the events it includes are skipped.
     from_snapshot = partition(Keyring({u: dict(k) for u, k in live.keyring.keys.items()}))
     first = partition()
-    first.restore_event(events[0])
+    restore(first, events[:1])
     from_snapshot.restore_snapshot(first.aggregate("cart-1"))
-    for event in events:
-        from_snapshot.restore_event(event)
+    restore(from_snapshot, events)
     assert from_snapshot.aggregates == live.aggregates
+    # Decoded events fold the same.
+    decoded = partition(Keyring({u: dict(k) for u, k in live.keyring.keys.items()}))
+    with decoded.restoring() as restoring:
+        for event in events:
+            restoring.event(event)
+    assert decoded.aggregates == live.aggregates
 
 
 def test_a_forgotten_users_events_still_replay() -> None:
     live = partition()
     events, _ = written(live, ADD, CHECK_OUT)
     forgotten = partition()  # the keyring holds no key for u1
-    for event in events:
-        forgotten.restore_event(event)
+    restore(forgotten, events)
     assert forgotten.aggregates == live.aggregates
-    assert forgotten.opened(events[1]).data == {"shipping_address": None}
+    assert opened(events[1], CART_TYPE.personal, forgotten.keyring).data == {
+        "shipping_address": None
+    }
+
+
+def test_a_restore_that_meets_a_bad_event_stops_and_changes_nothing() -> None:
+    live = partition()
+    events, _ = written(live, ADD, record("c6", "AddItem", {"product_id": "p2", "quantity": 1}))
+    _, first = FORMAT.encode_event(events[0])
+    broken = json.dumps({**json.loads(first), "version": "2"}).encode()
+    for records, error, message in [
+        ([first, first.replace(b'"version":1', b'"version":3')], ReplayError, "version 3 after 1"),
+        ([first, broken], MessageError, "'version' must be an integer"),
+        ([b"[]"], MessageError, "must be a JSON object"),
+    ]:
+        carts = partition()
+        with pytest.raises(error, match=message), carts.restoring() as restoring:
+            for value in records:
+                restoring.value(value)
+        assert carts.aggregates == {}
 
 
 def test_a_command_in_another_partition_than_its_cart_s_is_rejected() -> None:
