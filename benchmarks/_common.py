@@ -58,6 +58,26 @@ def machine() -> str:
     )
 
 
+def cpu_speed_ms(repeat: int = 5) -> float:
+    """A fixed piece of pure Python (JSON, dicts, small objects: what riverbed's hot paths
+    do), its best time of ``repeat`` in milliseconds: this machine's speed at the moment.
+    The benchmarks' machine is a VM whose speed drifts by a third within minutes, so a
+    figure is read beside this one (BENCHMARKS.md)."""
+    import json
+
+    documents = [{"id": f"k{n}", "n": n, "data": {"a": n % 7, "b": [n, n]}} for n in range(2_000)]
+    best = math.inf
+    for _ in range(repeat):
+        started = time.perf_counter()
+        for _ in range(10):
+            folded: dict[str, int] = {}
+            for document in documents:
+                read = json.loads(json.dumps(document))
+                folded[read["id"]] = folded.get(read["id"], 0) + read["data"]["a"]
+        best = min(best, time.perf_counter() - started)
+    return best * 1000
+
+
 def start_broker(
     data_dir: Path, *, extra_args: Sequence[str] = ()
 ) -> tuple[subprocess.Popen[bytes], str]:

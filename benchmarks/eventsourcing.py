@@ -77,7 +77,14 @@ from typing import Any
 from urllib.parse import urlsplit
 from uuid import NAMESPACE_URL, UUID, uuid5
 
-from _common import PRODUCER_SETTINGS, CpuClock, machine, percentile, start_broker
+from _common import (
+    PRODUCER_SETTINGS,
+    CpuClock,
+    cpu_speed_ms,
+    machine,
+    percentile,
+    start_broker,
+)
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
@@ -1116,6 +1123,7 @@ def main() -> None:
     args = parser.parse_args()
     say(f"machine: {machine()}")
     say(f"riverbed: {source_state()}")
+    say(f"machine speed: {cpu_speed_ms():.1f} ms for _common.cpu_speed_ms (lower is faster)")
     with tempfile.TemporaryDirectory() as tmp:
         bench = Bench(args, Path(tmp), Figures())
         try:
@@ -1133,6 +1141,7 @@ def main() -> None:
                 )
                 bench.postgres.stop()
     say()
+    say(f"machine speed after: {cpu_speed_ms():.1f} ms")
     bench.figures.print()
 
 
