@@ -58,11 +58,23 @@ def machine() -> str:
     )
 
 
-def cpu_speed_ms(repeat: int = 5) -> float:
-    """A fixed piece of pure Python (JSON, dicts, small objects: what riverbed's hot paths
-    do), its best time of ``repeat`` in milliseconds: this machine's speed at the moment.
+def cpu_speed_ms() -> tuple[float, float]:
+    """:func:`python_speed_ms` in one process, then in one process per core at once (the
+    slowest of them): this machine's speed at the moment, alone and with every core busy.
     The benchmarks' machine is a VM whose speed drifts by a third within minutes, so a
-    figure is read beside this one (BENCHMARKS.md)."""
+    figure is read beside these (BENCHMARKS.md)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    alone = python_speed_ms()
+    cores = os.cpu_count() or 1
+    with ProcessPoolExecutor(cores) as pool:
+        together = max(pool.map(python_speed_ms, [5] * cores))
+    return alone, together
+
+
+def python_speed_ms(repeat: int = 5) -> float:
+    """A fixed piece of pure Python (JSON, dicts, small objects: what riverbed's hot paths
+    do), its best time of ``repeat`` in milliseconds."""
     import json
 
     documents = [{"id": f"k{n}", "n": n, "data": {"a": n % 7, "b": [n, n]}} for n in range(2_000)]

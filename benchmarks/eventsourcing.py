@@ -1123,7 +1123,8 @@ def main() -> None:
     args = parser.parse_args()
     say(f"machine: {machine()}")
     say(f"riverbed: {source_state()}")
-    say(f"machine speed: {cpu_speed_ms():.1f} ms for _common.cpu_speed_ms (lower is faster)")
+    alone, together = cpu_speed_ms()
+    say(f"machine speed: {alone:.1f} ms alone, {together:.1f} ms on every core (lower is faster)")
     with tempfile.TemporaryDirectory() as tmp:
         bench = Bench(args, Path(tmp), Figures())
         try:
@@ -1141,7 +1142,8 @@ def main() -> None:
                 )
                 bench.postgres.stop()
     say()
-    say(f"machine speed after: {cpu_speed_ms():.1f} ms")
+    alone, together = cpu_speed_ms()
+    say(f"machine speed after: {alone:.1f} ms alone, {together:.1f} ms on every core")
     bench.figures.print()
 
 
