@@ -37,21 +37,19 @@ class GroupFlusher:
 
         Raises ``OSError`` if the fsync failed (the broker answers KAFKA_STORAGE_ERROR).
         """
-        dirty = [log for log in logs if log.flushed_offset < log.log_end_offset]
+        dirty = _unflushed(logs)
         if not dirty:  # a round has fsynced all of it already
             return
-        self._dirty.update(dirty)
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
-        if self._running is None:
-            self._running = asyncio.create_task(self._run())
+        self.soon(dirty)
         await waiter
 
     async def now(self, logs: Iterable[Log]) -> None:
         """fsync ``logs`` at once, in a thread of its own, instead of after the round in
         progress and with everything it gathered: the fsyncs on a transaction's commit
         path (its data, then its Prepare record), which its client waits for."""
-        dirty = [log for log in logs if log.flushed_offset < log.log_end_offset]
+        dirty = _unflushed(logs)
         if dirty:
             await asyncio.to_thread(_flush_all, dirty)
 
@@ -85,6 +83,11 @@ class GroupFlusher:
         """Wait for a round in progress to end."""
         if self._running is not None:
             await asyncio.shield(self._running)
+
+
+def _unflushed(logs: Iterable[Log]) -> list[Log]:
+    """Those of ``logs`` holding records appended since their last fsync."""
+    return [log for log in logs if log.flushed_offset < log.log_end_offset]
 
 
 def _flush_all(logs: Iterable[Log]) -> None:

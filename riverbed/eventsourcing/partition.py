@@ -183,6 +183,8 @@ class Restoring(Generic[S, C, E]):
         self._personal = kind.personal
         self._keyring = partition.keyring
         self._folds: dict[str, list[Any]] = {}  # aggregate id -> [state, version, subject]
+        self.read = 0
+        """Events given to it so far (those a snapshot includes too)."""
 
     def __enter__(self) -> Restoring[S, C, E]:
         return self
@@ -221,6 +223,7 @@ class Restoring(Generic[S, C, E]):
         user_id: str | None,
         event_id: str,
     ) -> None:
+        self.read += 1
         fold = self._folds.get(aggregate_id)
         if fold is None:
             known = self._partition.aggregates.get(aggregate_id)

@@ -432,7 +432,6 @@ class CommandProcessor(Generic[S, C, E]):
         covered: dict[bytes, int] = {}  # event key -> the offset its snapshot includes
         decode_result = self.kind.format.decode_result
         restoring = state.restoring()
-        read = [0]
 
         def snapshot(message: Message) -> None:
             try:
@@ -449,7 +448,6 @@ class CommandProcessor(Generic[S, C, E]):
         def event(message: Message) -> None:
             if covered and covered.get(message.key() or b"", -1) >= (message.offset() or 0):
                 return
-            read[0] += 1
             try:
                 restoring.value(message.value())
             except EventSourcingError as e:
@@ -466,7 +464,7 @@ class CommandProcessor(Generic[S, C, E]):
         restore.snapshots += len(restored.snapshotted)
         with restoring:
             self._read(self.topics.events, number, event)
-        restore.events += read[0]
+        restore.events += restoring.read
         results_from = time.perf_counter()
         restore.events_s += results_from - started
         self._read(self.topics.results, number, result)
