@@ -49,7 +49,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -415,75 +415,100 @@ class CommandProcessor(Generic[S, C, E]):
             self._repairs.add(subject_of_key(message.key()))
 
     def _restore(self, owned: list[int]) -> Restore:
-        """Rebuild ``owned`` partitions' states from the topics."""
+        """Rebuild the ``owned`` partitions' states from their carts' snapshots, the events
+        after them and their results: each topic read once for all of them. (A read per
+        partition and topic costs a metadata request and an empty fetch at each end: four
+        empty partitions took 0.14 s to restore that way, and 0.05 s this way.)"""
         self.owned.clear()
         restore = Restore()
-        for number in owned:
-            self.owned[number] = self._restored(number, restore)
-        return restore
-
-    def _restored(self, number: int, restore: Restore) -> _Owned[S, C, E]:
-        """Partition ``number`` from its carts' snapshots, the events after them and its
-        results."""
-        state: CommandPartition[S, C, E] = CommandPartition(
-            kind=self.kind, keyring=self.keyring, number=number, count=self.partition_count
-        )
-        restored: _Owned[S, C, E] = _Owned(state=state)
-        covered: dict[bytes, int] = {}  # event key -> the offset its snapshot includes
-        decode_result = self.kind.format.decode_result
-        restoring = state.restoring()
+        if not owned:
+            return restore
+        rebuilds = {number: _Rebuild(self, number) for number in owned}
 
         def snapshot(message: Message) -> None:
-            try:
-                found = self.kind.decode_snapshot(message.value())
-            except MessageError as e:  # derived data: the events are there
-                self.say(f"skipped {self.topics.snapshots}/{number}@{message.offset()}: {e}")
-                return
-            state.restore_snapshot(found.aggregate)
-            restored.snapshotted[found.aggregate.aggregate_id] = found.aggregate.version
-            covered[self.kind.format.key(found.aggregate.aggregate_id)] = found.offset
+            rebuilds[cast(int, message.partition())].snapshot(message)
 
-        # Per record, the least work: every event of the partition passes here on each
-        # assignment (a context manager per record cost a tenth of a replay).
         def event(message: Message) -> None:
-            if covered and covered.get(message.key() or b"", -1) >= (message.offset() or 0):
-                return
-            try:
-                restoring.value(message.value())
-            except EventSourcingError as e:
-                raise _unreadable(message, e) from None
+            rebuilds[cast(int, message.partition())].event(message)
 
         def result(message: Message) -> None:
-            try:
-                state.restore_result(decode_result(message.value()))
-            except EventSourcingError as e:
-                raise _unreadable(message, e) from None
+            rebuilds[cast(int, message.partition())].result(message)
 
         started = time.perf_counter()
-        self._read(self.topics.snapshots, number, snapshot)
-        restore.snapshots += len(restored.snapshotted)
-        with restoring:
-            self._read(self.topics.events, number, event)
-        restore.events += restoring.read
+        self._read(self.topics.snapshots, owned, snapshot)
+        self._read(self.topics.events, owned, event)
+        for rebuild in rebuilds.values():
+            rebuild.restoring.close()
+            restore.snapshots += len(rebuild.owned.snapshotted)
+            restore.events += rebuild.restoring.read
         results_from = time.perf_counter()
-        restore.events_s += results_from - started
-        self._read(self.topics.results, number, result)
-        restore.results += len(state.results)
-        restore.results_s += time.perf_counter() - results_from
-        return restored
+        restore.events_s = results_from - started
+        self._read(self.topics.results, owned, result)
+        restore.results_s = time.perf_counter() - results_from
+        for number, rebuild in rebuilds.items():
+            restore.results += len(rebuild.owned.state.results)
+            self.owned[number] = rebuild.owned
+        return restore
 
-    def _read(self, topic: str, partition: int | None, each: Callable[[Message], Any]) -> None:
-        """Every committed record of ``topic`` (one partition, or all) to its end, with the
-        consumer every restore shares."""
+    def _read(
+        self, topic: str, partitions: list[int] | None, each: Callable[[Message], Any]
+    ) -> None:
+        """Every committed record of ``topic`` (those ``partitions``, or all) to its end,
+        with the consumer every restore shares."""
         if self._reader is None:
             self._reader = TopicReader(
                 self.config.bootstrap, timeout_s=self.config.timeout_s,
                 settings=self._client(**{"group.id": f"{self.config.group_id}-restore"}),
             )  # fmt: skip
         try:
-            self._reader.read(topic, each, partitions=None if partition is None else [partition])
+            self._reader.read(topic, each, partitions=partitions)
         except TopicReadError as e:
             raise ProcessorError(f"cannot restore: {e}") from None
+
+
+class _Rebuild(Generic[S, C, E]):
+    """One partition being rebuilt: its snapshots, the events after them, its results. Per
+    record, the least work: every event of the partition passes here on each assignment (a
+    context manager per record cost a tenth of a replay)."""
+
+    def __init__(self, processor: CommandProcessor[S, C, E], number: int) -> None:
+        kind = processor.kind
+        state: CommandPartition[S, C, E] = CommandPartition(
+            kind=kind, keyring=processor.keyring, number=number, count=processor.partition_count
+        )
+        self.owned: _Owned[S, C, E] = _Owned(state=state)
+        self.restoring = state.restoring()
+        self._processor = processor
+        self._covered: dict[bytes, int] = {}  # event key -> the offset its snapshot includes
+        self._decode_result = kind.format.decode_result
+
+    def snapshot(self, message: Message) -> None:
+        processor = self._processor
+        kind = processor.kind
+        try:
+            found = kind.decode_snapshot(message.value())
+        except MessageError as e:  # derived data: the events are there
+            where = f"{processor.topics.snapshots}/{message.partition()}@{message.offset()}"
+            processor.say(f"skipped {where}: {e}")
+            return
+        self.owned.state.restore_snapshot(found.aggregate)
+        self.owned.snapshotted[found.aggregate.aggregate_id] = found.aggregate.version
+        self._covered[kind.format.key(found.aggregate.aggregate_id)] = found.offset
+
+    def event(self, message: Message) -> None:
+        covered = self._covered
+        if covered and covered.get(message.key() or b"", -1) >= (message.offset() or 0):
+            return
+        try:
+            self.restoring.value(message.value())
+        except EventSourcingError as e:
+            raise _unreadable(message, e) from None
+
+    def result(self, message: Message) -> None:
+        try:
+            self.owned.state.restore_result(self._decode_result(message.value()))
+        except EventSourcingError as e:
+            raise _unreadable(message, e) from None
 
 
 def _unreadable(message: Message, error: EventSourcingError) -> ProcessorError:
