@@ -11,7 +11,8 @@ STAMP := $(VENV)/.installed
 install: $(STAMP)
 
 # Debian packages the tests use (kcat is librdkafka's command-line client; PostgreSQL for the
-# CDC tests, which start private clusters of their own; Java 17 for Spark).
+# CDC tests, which start private clusters of their own; Java 17 for Spark; redis-server for the
+# cache sink, whose tests start private servers).
 # The venv is rebuilt only when pyproject.toml changes.
 $(STAMP): pyproject.toml
 	@command -v kcat >/dev/null 2>&1 || { \
@@ -23,6 +24,9 @@ $(STAMP): pyproject.toml
 	@command -v pg_ctl >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { \
 	  echo "installing PostgreSQL for the CDC tests (Debian)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  echo "installing redis-server for the cache sink's tests and demo (Debian)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
 	@touch $(STAMP)

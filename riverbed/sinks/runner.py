@@ -1,0 +1,213 @@
+"""The sink runner: follow changelog topics into a store, until told to stop.
+
+:func:`run_sink` checks that every input topic exists and is a changelog (compacted:
+``cleanup.policy`` holds ``compact``, as CDC topics and riverbed changelogs are), then reads
+every partition of them with one consumer (``read_committed``; assigned, not subscribed: a
+store has one writer) from the positions the store holds, or from the beginning where it
+holds none or ``from_beginning`` says so; with ``until_caught_up`` it stops once every
+partition has been applied to its end (for read_committed, the last stable offset). Per
+batch of what the consumer holds (at most ``max_batch`` records): the changes go to
+:meth:`Store.apply` in the log's order, then :meth:`Store.commit` stores them with the new
+positions in one step. A batch holding a record that is not a change is not applied: the
+runner stops with a :class:`~riverbed.sinks.changes.NotAChangelog` naming it.
+
+The store's positions are the truth; the runner also commits them to the consumer group
+``group_id`` (after the store's commit, without waiting), so Kafka's tools show the sink's
+lag (``riverbed groups describe riverbed-sink-redis``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
+
+from riverbed.client.reading import ready
+from riverbed.sinks.changes import CDC_HEADER, Change, NotAChangelog, SinkError, change_of
+from riverbed.sinks.store import Store
+
+__all__ = ["SinkConfig", "SinkCounts", "run_sink"]
+
+_LIBRDKAFKA = logging.getLogger("riverbed.sinks.librdkafka")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SinkConfig:
+    bootstrap: str
+    topics: tuple[str, ...]
+    group_id: str
+    from_beginning: bool = False
+    """Start every partition at its beginning, whatever positions the store holds."""
+    until_caught_up: bool = False
+    """Stop once every partition has been applied to its end (for scripts and rebuilds)."""
+    max_batch: int = 5_000
+    timeout_s: float = 30.0
+    settings: dict[str, Any] | None = None
+    """More librdkafka settings (security, ...)."""
+
+
+@dataclass(slots=True)
+class SinkCounts:
+    changes: int = 0
+    batches: int = 0
+
+    def describe(self) -> str:
+        return f"{self.changes:,} changes applied in {self.batches:,} batches"
+
+
+def run_sink(
+    config: SinkConfig,
+    store: Store,
+    *,
+    stopping: Callable[[], bool],
+    say: Callable[[str], None],
+    on_commit: Callable[[SinkCounts], None] | None = None,
+) -> SinkCounts:
+    """Follow ``config.topics`` into ``store`` until ``stopping()`` (module docstring)."""
+    partitions = _changelog_partitions(config)
+    store.open()
+    try:
+        stored = store.positions()
+        start = {
+            tp: (OFFSET_BEGINNING if config.from_beginning else stored.get(tp, OFFSET_BEGINNING))
+            for tp in partitions
+        }
+        resumed = sum(1 for offset in start.values() if offset != OFFSET_BEGINNING)
+        say(
+            f"following {', '.join(config.topics)} ({len(partitions)} partitions, "
+            f"{resumed} from the store's positions, the others from the beginning) "
+            f"into {store.name}"
+        )
+        consumer = Consumer(
+            {
+                "bootstrap.servers": config.bootstrap,
+                "group.id": config.group_id,
+                "logger": _LIBRDKAFKA,
+                **(config.settings or {}),
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed",
+            }
+        )
+        try:
+            consumer.assign([TopicPartition(t, p, offset) for (t, p), offset in start.items()])
+            return _follow(
+                config, store, consumer, len(partitions), stopping=stopping, on_commit=on_commit
+            )
+        finally:
+            consumer.close()
+    finally:
+        store.close()
+
+
+def _follow(
+    config: SinkConfig,
+    store: Store,
+    consumer: Consumer,
+    partitions: int,
+    *,
+    stopping: Callable[[], bool],
+    on_commit: Callable[[SinkCounts], None] | None,
+) -> SinkCounts:
+    counts = SinkCounts()
+    cdc_topics: set[str] = set()
+    at_end: set[tuple[str, int]] = set()
+    while not stopping():
+        if config.until_caught_up and len(at_end) == partitions:
+            break
+        messages = ready(consumer, config.max_batch, 0.2)
+        changes: list[Change] = []
+        positions: dict[tuple[str, int], int] = {}
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    at_end.add((str(message.topic()), int(message.partition() or 0)))
+                elif error.fatal():
+                    raise SinkError(f"the consumer failed: {error.str()}")
+                continue  # transient (a broker restarting): librdkafka retries
+            topic, partition, offset = _where(message)
+            at_end.discard((topic, partition))
+            cdc = topic in cdc_topics or _has_cdc_header(message)
+            change = change_of(topic, message.key(), message.value(), cdc=cdc)
+            if change.cdc:
+                cdc_topics.add(topic)
+            changes.append(change)
+            positions[(topic, partition)] = offset + 1
+        if not positions:
+            continue
+        store.apply(changes)
+        store.commit(positions)
+        counts.changes += len(changes)
+        counts.batches += 1
+        _commit_to_group(consumer, positions)
+        if on_commit is not None:
+            on_commit(counts)
+    return counts
+
+
+def _where(message: Message) -> tuple[str, int, int]:
+    topic, partition, offset = message.topic(), message.partition(), message.offset()
+    assert topic is not None and partition is not None and offset is not None
+    return topic, partition, offset
+
+
+def _has_cdc_header(message: Message) -> bool:
+    headers = message.headers()
+    return headers is not None and any(header[0] == CDC_HEADER for header in headers)
+
+
+def _commit_to_group(consumer: Consumer, positions: dict[tuple[str, int], int]) -> None:
+    offsets = [TopicPartition(t, p, offset) for (t, p), offset in positions.items()]
+    with contextlib.suppress(KafkaException):  # for Kafka's tools: the store has the positions
+        consumer.commit(offsets=offsets, asynchronous=True)
+
+
+def _changelog_partitions(config: SinkConfig) -> list[tuple[str, int]]:
+    """Every partition of the input topics; a SinkError for a topic that is missing or is
+    not a changelog."""
+    settings: dict[str, Any] = {"bootstrap.servers": config.bootstrap, "logger": _LIBRDKAFKA}
+    admin = AdminClient({**settings, **(config.settings or {})})
+    try:
+        metadata = admin.list_topics(timeout=config.timeout_s)
+    except KafkaException as e:
+        raise SinkError(f"no broker at {config.bootstrap}: {_kafka_text(e)}") from None
+    partitions: list[tuple[str, int]] = []
+    for topic in config.topics:
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None:
+            raise SinkError(f"no topic {topic!r} at {config.bootstrap}")
+        partitions.extend((topic, p) for p in sorted(found.partitions))
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in config.topics]
+    for resource, future in admin.describe_configs(resources).items():
+        try:
+            entries = future.result(config.timeout_s)
+        except KafkaException as e:
+            raise SinkError(
+                f"cannot read the configs of {resource.name}: {_kafka_text(e)}"
+            ) from None
+        policy = entries["cleanup.policy"].value if "cleanup.policy" in entries else "delete"
+        if "compact" not in (policy or "").split(","):
+            raise NotAChangelog(
+                f"{resource.name} is not a changelog (cleanup.policy={policy}): a sink "
+                "follows compacted topics, such as CDC topics and riverbed's changelogs"
+            )
+    return partitions
+
+
+def _kafka_text(error: KafkaException) -> str:
+    first = error.args[0] if error.args else error
+    return first.str() if isinstance(first, KafkaError) else str(first)
