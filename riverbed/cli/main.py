@@ -18,6 +18,8 @@ from riverbed.cli import (
     groups_command,
     pipeline_command,
     produce_command,
+    search_command,
+    sink_command,
     topics_command,
     transactions_command,
     workload_command,
@@ -43,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     es_command.add_parser(commands)
     pipeline_command.add_parser(commands)
     workload_command.add_parser(commands)
+    sink_command.add_parser(commands)
+    search_command.add_parser(commands)
     return parser
 
 

@@ -1,0 +1,128 @@
+"""``riverbed sink run|verify``: derived stores that follow the log (DESIGN.md, "Derived data").
+
+- ``run KIND`` applies changelog topics (CDC topics, riverbed changelogs) to a store until
+  SIGTERM or Ctrl-C: ``redis`` (the cache), ``search`` (a Tantivy index), ``duckdb`` (an
+  analytics database). Its progress goes to stderr (:mod:`riverbed.sinks.runner`).
+- ``verify`` compares PostgreSQL's tables with the stores (:mod:`riverbed.cli.sink_verify`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from functools import partial
+from typing import Any
+
+from riverbed.cli import sink_verify
+from riverbed.cli.arguments import (
+    add_command,
+    add_command_with_actions,
+    add_connection_arguments,
+    add_number,
+    positive_int,
+)
+from riverbed.cli.confluent import quiet_settings
+from riverbed.cli.errors import CliError
+from riverbed.cli.output import notice
+from riverbed.cli.stopping import StopSignals
+from riverbed.sinks.changes import SinkError
+from riverbed.sinks.duckdb_store import DuckDBStore
+from riverbed.sinks.redis_store import DEFAULT_URL, RedisStore
+from riverbed.sinks.runner import SinkConfig, SinkCounts, run_sink
+from riverbed.sinks.search_store import SearchStore
+from riverbed.sinks.store import Store
+
+__all__ = ["add_parser"]
+
+say = partial(notice, "riverbed sink")
+KINDS = ("redis", "search", "duckdb")
+_PROGRESS_S = 10.0
+
+
+def add_parser(commands: Any) -> None:
+    actions = add_command_with_actions(
+        commands,
+        "sink",
+        "keep a cache, a search index or an analytics store in step with topics",
+        "Derived stores that follow changelog topics (CDC topics, riverbed changelogs) "
+        "instead of being written by the application.",
+    )
+    run = add_command(
+        actions,
+        "run",
+        "apply changelog topics to a store until stopped (SIGTERM or Ctrl-C)",
+        "Apply the topics' changes to the store, a batch at a time, each batch stored with "
+        "the sink's position in one step: killed and restarted, it resumes exactly.",
+    )
+    run.add_argument("kind", choices=KINDS, help="the store")
+    add_connection_arguments(run)
+    run.add_argument(
+        "--topics", required=True, metavar="T1,T2,...", help="compacted topics to follow"
+    )
+    run.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="read every topic from its beginning, whatever position the store holds "
+        "(a new store starts there anyway)",
+    )
+    run.add_argument(
+        "--until-caught-up",
+        action="store_true",
+        help="stop once every partition has been applied to its end (scripts, rebuilds)",
+    )
+    run.add_argument("--redis", default=DEFAULT_URL, metavar="URL",
+                     help=f"redis: the server (default {DEFAULT_URL})")  # fmt: skip
+    run.add_argument("--index", metavar="DIR", help="search: the index directory")
+    run.add_argument("--database", metavar="FILE", help="duckdb: the database file")
+    run.add_argument("--group", help="consumer group the positions are also committed to, "
+                     "for Kafka's tools (default riverbed-sink-KIND)")  # fmt: skip
+    add_number(run, "--max-batch", positive_int, 5_000, "changes applied in one step at most")
+    run.set_defaults(run=_run)
+    sink_verify.add_parser(actions)
+
+
+def open_store(kind: str, args: argparse.Namespace) -> Store:
+    """The store ``kind`` names, from its option (a usage error when it is missing)."""
+    if kind == "redis":
+        return RedisStore(args.redis, timeout_s=args.connect_timeout_ms / 1000)
+    if kind == "search":
+        if not args.index:
+            raise CliError("sink run search needs --index DIR", exit_code=2)
+        return SearchStore(args.index)
+    if not args.database:
+        raise CliError("sink run duckdb needs --database FILE", exit_code=2)
+    return DuckDBStore(args.database)
+
+
+def _run(args: argparse.Namespace) -> int:
+    topics = tuple(t.strip() for t in args.topics.split(",") if t.strip())
+    if not topics:
+        raise CliError("--topics names no topic", exit_code=2)
+    store = open_store(args.kind, args)
+    config = SinkConfig(
+        bootstrap=args.bootstrap,
+        topics=topics,
+        group_id=args.group or f"riverbed-sink-{args.kind}",
+        from_beginning=args.from_beginning,
+        until_caught_up=args.until_caught_up,
+        max_batch=args.max_batch,
+        timeout_s=args.connect_timeout_ms / 1000,
+        settings=quiet_settings(),
+    )
+    said_at, said_changes = time.monotonic(), 0
+
+    def progress(counts: SinkCounts) -> None:
+        nonlocal said_at, said_changes
+        now = time.monotonic()
+        if now - said_at >= _PROGRESS_S:
+            rate = (counts.changes - said_changes) / (now - said_at)
+            say(f"{counts.describe()} ({rate:,.0f}/s)")
+            said_at, said_changes = now, counts.changes
+
+    with StopSignals() as stop:
+        try:
+            counts = run_sink(config, store, stopping=stop.requested, say=say, on_commit=progress)
+        except SinkError as e:
+            raise CliError(str(e)) from None
+    say(f"stopped: {counts.describe()}")
+    return 0
