@@ -230,7 +230,10 @@ class ChangelogStore(Generic[S, C, E]):
         deadline = time.monotonic() + self.timeout_s
         while True:
             try:
-                found = admin.list_topics(self.topic, timeout=self.timeout_s).topics.get(self.topic)
+                # Every topic's metadata, not this topic's: asked for by name, a missing topic
+                # is created by the broker (auto.create.topics.enable) with its defaults,
+                # not compacted, since librdkafka's admin client allows auto-creation.
+                found = admin.list_topics(timeout=self.timeout_s).topics.get(self.topic)
             except KafkaException as e:
                 raise ProjectionError(f"no broker at {self.bootstrap}: {e.args[0].str()}") from None
             if found is not None and found.error is None and found.partitions:

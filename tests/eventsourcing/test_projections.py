@@ -14,6 +14,7 @@ from pathlib import Path
 import psycopg2
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
 from riverbed.broker import Broker
 from riverbed.eventsourcing import Event
@@ -104,6 +105,12 @@ def shop(tmp_path_factory: pytest.TempPathFactory, postgres: PostgresCluster) ->
                     child.process.wait(30)
 
 
+def cleanup_policy(bootstrap: str, topic: str) -> str:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    return str(admin.describe_configs([resource])[resource].result(30)["cleanup.policy"].value)
+
+
 def test_the_live_changelog_is_each_carts_replay_and_a_rebuild_gives_the_same(
     shop: Shop,
 ) -> None:
@@ -116,6 +123,8 @@ def test_the_live_changelog_is_each_carts_replay_and_a_rebuild_gives_the_same(
     said = shop.run("--to", "topic", "--topic", "t.carts.rebuilt", "--rebuild")
     assert "cleared topic t.carts.rebuilt" in said
     assert topic_model(shop.bootstrap, "t.carts.rebuilt") == expected
+    for topic in (LIVE_TOPIC, "t.carts.rebuilt"):  # made by the projection, compacted
+        assert cleanup_policy(shop.bootstrap, topic) == "compact"
 
 
 def test_the_live_table_is_each_carts_replay_and_a_rebuild_gives_the_same(shop: Shop) -> None:
@@ -170,6 +179,7 @@ def test_a_rebuild_in_place_makes_the_model_anew(shop: Shop) -> None:
         cart: d["version"] for cart, d in expected.items()
     }
     assert all(len(v) == 1 for v in versions.values())  # the old records went with the topic
+    assert cleanup_policy(shop.bootstrap, "t.carts.anew") == "compact"
 
 
 def test_a_second_runner_of_a_table_waits_for_the_first_then_says_so(shop: Shop) -> None:
