@@ -3,6 +3,7 @@ nothing of the libraries it runs on."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -36,7 +37,7 @@ def test_the_demo_runs_and_every_check_it_prints_holds(tmp_path: Path) -> None:
     # Only riverbed's own lines: no JVM, log4j, PySpark worker or librdkafka noise.
     assert library_noise(out + done.stderr) == []
     assert done.stderr == ""
-    assert out.count("(section took ") == 11  # each section but "try it yourself" times itself
+    assert out.count("(section took ") == 12  # each section but "try it yourself" times itself
     assert "every user's events in order: True" in out
     assert "together 5,000 of 5,000 events, each read once: True" in out
     assert "read_committed reader: 6,000 records (each click once: True)" in out
@@ -62,3 +63,12 @@ def test_the_demo_runs_and_every_check_it_prints_holds(tmp_path: Path) -> None:
     # The CDC section: the database captured, two pipelines checked against it.
     assert "category_sales equals the same GROUP BY on PostgreSQL: True" in out
     assert "every click enriched once: True" in out
+    # The derived-data section: dual writes against the log, verify, search, DuckDB.
+    assert "dual writes (the application): " in out
+    assert "the log (riverbed sink): 0 of 10 cached prices wrong" in out
+    assert out.count("all stores agree\n  (exit 0)") == 2  # the log's cache, DuckDB
+    assert "search 'title:running' while titles change: p3 'trail running shoe'" in out
+    assert "search 'model AND 3' (p3's old title): nothing" in out
+    assert "... equal to the same query on PostgreSQL: True" in out
+    assert re.search(r"shop\.carts\.state -> redis://\S+: [1-9][\d,]* changes applied", out)
+    assert re.search(r"category_sales -> \S+shop\.duckdb: [1-9][\d,]* changes applied", out)

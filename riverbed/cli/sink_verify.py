@@ -2,10 +2,11 @@
 
 Each round reads the tables (one ``REPEATABLE READ`` transaction, rows as the capture
 writes them: :func:`riverbed.cdc.snapshot.copy_tables`) and each store's rows of those
-tables, and compares them (:mod:`riverbed.sinks.verify`). It stops when every store agrees,
-or when ``--timeout-s`` has passed; then it prints, per store and table, the rows missing,
-extra and different that persisted (with examples), and the rows that changed while it
-watched (in flight, not judged). Exit 0 when all agree, 1 otherwise.
+tables, and compares them (:mod:`riverbed.sinks.verify`). It stops when every difference
+of its first round is resolved (the store caught up, or the row changed since), or when
+``--timeout-s`` has passed; then it prints, per store and table, the rows missing, extra
+and different that persisted (with examples), and how many rows differ because they
+changed while it watched (in flight, not judged). Exit 0 when all agree, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -113,7 +114,8 @@ def _verify(args: argparse.Namespace) -> int:
                     watches[(store.label, table.table)].look(
                         source[table.table], found, store.value
                     )
-            if all(not w.current for w in watches.values()) or time.monotonic() > deadline:
+            settled = all(not w.persisting() for w in watches.values())
+            if settled or time.monotonic() > deadline:
                 break
             time.sleep(_ROUND_S)
     finally:

@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 
 import riverbed.spark
 from riverbed.broker import Broker
-from riverbed.demo import carts, shop_cdc, shop_pipelines
+from riverbed.demo import carts, derived_data, shop_cdc, shop_pipelines
 from riverbed.demo.clickstream import PARTITIONS, TOPIC, click_events, consume_back, create_topic
 from riverbed.demo.clickstream import produce as produce_clicks
 from riverbed.demo.console import section
@@ -132,6 +132,12 @@ def run(data_dir: Path, *, count: int, shop_seconds: float) -> None:
 
             with section("the shop's PostgreSQL through CDC: enriched_clicks and category_sales"):
                 shop_cdc.run(spark, postgres_start.result(), bootstrap, seconds=shop_seconds)
+
+            with section(
+                "derived data: a cache, a search index and DuckDB follow the log; dual writes "
+                "do not"
+            ):
+                derived_data.run(postgres_start.result(), bootstrap, data_dir / "derived")
         finally:
             _stop(spark_start, lambda started: started[0].stop())
             _stop(postgres_start, PostgresCluster.stop)

@@ -6,10 +6,12 @@ are the same; a DECIMAL and a ``numeric`` string are equal when their numbers ar
 TIMESTAMPTZ and an ISO-8601 string when their instants are. Redis holds text, so there the
 source row is turned into the hash fields the sink writes and compared as text.
 
-With writes going on, a store is always a little behind. :class:`Watch` keeps comparing
-until every difference is gone or the time is up, and then reports only the differences
-that *persisted*: the source row was the same at the first look and the last, so the store
-had the whole wait to apply it. A row that changed meanwhile is in flight, not judged.
+With writes going on, a store is always a little behind. :class:`Watch` judges what was
+committed before verify started: the differences of its first look. It keeps comparing
+until each of them is gone, or its source row has changed (the row is in flight, not
+judged), or the time is up; the ones left *persisted* (the store had the whole wait to
+apply a row that stood still) and are reported. A difference first seen later is a change
+committed after the start: in flight.
 """
 
 from __future__ import annotations
@@ -80,10 +82,12 @@ def compare(
 
 @dataclass
 class Watch:
-    """One store's table, compared round after round (module docstring)."""
+    """One store's table, compared round after round (module docstring). Judged are the
+    differences of the first look (what was committed before verify started) whose source
+    row has not changed since: each is resolved once the store holds the row."""
 
-    first: dict[str, Difference] = field(default_factory=dict)
-    """Each difference as first seen."""
+    start: dict[str, Difference] | None = None
+    """The differences of the first look."""
     current: dict[str, Difference] = field(default_factory=dict)
     rows: int = 0
     """The source's rows at the last look."""
@@ -91,17 +95,18 @@ class Watch:
     def look(self, expected: Rows, found: Rows, value: Callable[[Any], Any]) -> None:
         self.rows = len(expected)
         self.current = compare(expected, found, value=value)
-        for row_id, difference in self.current.items():
-            self.first.setdefault(row_id, difference)
+        if self.start is None:
+            self.start = dict(self.current)
 
     def persisting(self) -> list[Difference]:
-        """The differences still there whose source row has not changed since first seen."""
+        """The differences of the first look still there, their source rows unchanged."""
+        start = self.start or {}
         return [
             d
             for row_id, d in sorted(self.current.items())
-            if self.first[row_id].expected == d.expected
+            if row_id in start and start[row_id].expected == d.expected
         ]
 
     def in_flight(self) -> int:
-        """Differences still there whose source row changed meanwhile (not judged)."""
+        """Differences now that are not judged: rows changed since verify started."""
         return len(self.current) - len(self.persisting())

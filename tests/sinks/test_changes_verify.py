@@ -81,11 +81,11 @@ def test_compare_names_missing_extra_and_different_rows_and_ignores_nulls() -> N
     assert kinds == {"2": "missing", "3": "different", "9": "extra"}
 
 
-def test_a_watch_judges_only_the_differences_whose_source_stood_still() -> None:
+def test_a_watch_judges_the_first_looks_differences_whose_source_stood_still() -> None:
     watch = Watch()
     watch.look({"1": {"a": 1}, "2": {"a": 1}}, {}, comparable)
-    watch.look({"1": {"a": 1}, "2": {"a": 2}}, {}, comparable)
+    watch.look({"1": {"a": 1}, "2": {"a": 2}, "3": {"a": 3}}, {}, comparable)
     assert [d.row_id for d in watch.persisting()] == ["1"]
-    assert watch.in_flight() == 1
+    assert watch.in_flight() == 2  # "2" changed, "3" came after the first look
     watch.look({"1": {"a": 1}, "2": {"a": 2}}, {"1": {"a": 1}, "2": {"a": 2}}, comparable)
     assert watch.persisting() == [] and watch.in_flight() == 0

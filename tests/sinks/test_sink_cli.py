@@ -1,7 +1,8 @@
 """``riverbed sink run`` following a CDC topic, end to end: real PostgreSQL, capture, broker,
 Redis, Tantivy and DuckDB; the three sinks killed with -9 again and again while the workload
 runs (inserts, updates, key changes, TOASTed values left unchanged, deletes, a column
-added); then ``riverbed sink verify`` says every store agrees, and says so no longer when the
+added); ``riverbed sink verify`` says the cache agrees while the writes go on, and then
+that every store agrees, and says so no longer when the
 cache is tampered with; stores emptied and rebuilt with ``--from-beginning`` agree again.
 Bad input: one line, exit 1."""
 
@@ -60,6 +61,14 @@ def test_the_stores_follow_cdc_through_kill_9_and_verify_agrees(
                     for sink in sinks:
                         sink.process.kill()
                         sink.process.wait(30)
+            live = start_sink(tmp_path, "redis", bootstrap, *stores["redis"])
+            try:  # with writes going on, verify judges what was committed before it began
+                live.wait_for("following")
+                during = verify(dsn, *stores["redis"], timeout_s=30)
+                assert "all stores agree" in ok(during), during.stdout
+            finally:
+                live.process.kill()
+                live.process.wait(30)
             writer.finish()
             assert writer.transactions > 40, "the column was added midway"
 
