@@ -275,3 +275,12 @@ def pipeline_query(
     else:
         writer = writer.trigger(processingTime=f"{trigger_ms} milliseconds")
     return writer.start()
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """A plain text table on stdout: the first column left-aligned, the others right."""
+    widths = [max(len(str(c)) for c in column) for column in zip(headers, *rows, strict=True)]
+    for row in [headers, ["-" * w for w in widths], *rows]:
+        cells = [str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in
+                 enumerate(zip(row, widths, strict=True))]  # fmt: skip
+        print("  ".join(cells), flush=True)

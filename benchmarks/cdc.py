@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from _common import cpu_seconds_of, machine, percentile, start_broker
+from _common import cpu_seconds_of, machine, percentile, print_table, start_broker
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tests' PostgreSQL
@@ -614,14 +614,6 @@ def bench_overhead(
 # -- the report ------------------------------------------------------------------------------
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    widths = [max(len(str(c)) for c in column) for column in zip(headers, *rows, strict=True)]
-    for row in [headers, ["-" * w for w in widths], *rows]:
-        cells = [str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in
-                 enumerate(zip(row, widths, strict=True))]  # fmt: skip
-        say("  ".join(cells))
-
-
 def met(ok: bool) -> str:
     return "yes" if ok else "NO"
 
@@ -763,7 +755,7 @@ def run(env: Bench, args: argparse.Namespace) -> None:
                     rows.append(cells)
             say(f"\nwrite-path overhead, {placement}, medians of {args.repeat} (in brackets:")
             say("against no capture)")
-            table(["phase", "capture", *OVERHEAD_FIGURES], rows)
+            print_table(["phase", "capture", *OVERHEAD_FIGURES], rows)
 
     steps: dict[str, Callable[[], None]] = {
         "snapshot": snapshot,
@@ -775,7 +767,7 @@ def run(env: Bench, args: argparse.Namespace) -> None:
         steps[name]()
     if summary:
         say("")
-        table(["measurement", "target", "result", "met"], summary)
+        print_table(["measurement", "target", "result", "met"], summary)
 
 
 if __name__ == "__main__":

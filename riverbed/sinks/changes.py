@@ -24,9 +24,9 @@ A record that fits neither (no key, a key or value that is not a JSON object) is
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -59,9 +59,10 @@ class NotAChangelog(SinkError):
     """A record that is neither a CDC change nor a changelog entry."""
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
-    """One change to a store: ``row`` is the row's new value, or None to remove it."""
+class Change(NamedTuple):
+    """One change to a store: ``row`` is the row's new value, or None to remove it. (A named
+    tuple: every record of a sink's input becomes one, and it is made in a third of a frozen
+    dataclass's time.)"""
 
     topic: str
     collection: str
@@ -78,6 +79,7 @@ class Change:
     cdc: bool = False
 
 
+@functools.cache
 def collection_of_topic(topic: str) -> str:
     """A topic's last dot-separated part: ``shop.public.users`` -> ``users``."""
     return topic.rsplit(".", 1)[-1]
@@ -108,22 +110,24 @@ def _cdc_change(topic: str, key: dict[str, Any], envelope: Mapping[str, Any]) ->
         return Change(topic, collection, "", None, {}, truncate=True, cdc=True)
     row_id = row_id_of(key)
     if op == "d":
-        return Change(
-            topic=topic, collection=collection, row_id=row_id, row=None, key=key, cdc=True
-        )
+        return Change(topic, collection, row_id, None, key, cdc=True)
     after = envelope["after"]
     if op not in ("c", "u", "r") or not isinstance(after, dict):
         raise NotAChangelog(f"{topic}: a change envelope with op {op!r} and no row after it")
+    if UNAVAILABLE_VALUE not in after.values():
+        return Change(topic, collection, row_id, after, key, cdc=True)
     unavailable = tuple(k for k, v in after.items() if v == UNAVAILABLE_VALUE)
-    if unavailable:
-        after = {k: v for k, v in after.items() if v != UNAVAILABLE_VALUE}
+    after = {k: v for k, v in after.items() if v != UNAVAILABLE_VALUE}
     return Change(topic, collection, row_id, after, key, unavailable=unavailable, cdc=True)
 
 
 def row_id_of(key: Mapping[str, Any]) -> str:
     """The primary-key values in the key's order, joined with ``:`` (strings as they are,
     other values as their JSON text)."""
-    return ":".join(v if isinstance(v, str) else orjson.dumps(v).decode() for v in key.values())
+    if len(key) == 1:
+        (value,) = key.values()
+        return value if type(value) is str else orjson.dumps(value).decode()
+    return ":".join(v if type(v) is str else orjson.dumps(v).decode() for v in key.values())
 
 
 def _object(topic: str, data: bytes, what: str) -> dict[str, Any]:

@@ -100,6 +100,12 @@ def run_sink(
                 "enable.auto.offset.store": False,
                 "enable.partition.eof": True,
                 "isolation.level": "read_committed",
+                # librdkafka stops fetching for fetch.queue.backoff.ms (1 s) whenever its
+                # queue is full, which a sink behind its topics fills again and again; and a
+                # partition's end is known once a fetch at it comes back empty, after
+                # fetch.wait.max.ms (500 ms): 5 ms when that end is where the sink stops.
+                "fetch.queue.backoff.ms": 10,
+                **({"fetch.wait.max.ms": 5} if config.until_caught_up else {}),
             }
         )
         try:

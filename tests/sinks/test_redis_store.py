@@ -81,6 +81,30 @@ def test_a_truncate_empties_the_table_only(store: RedisStore, client: Any) -> No
     assert orjson.loads(client.get('totals:{"k":1}')) == {"k": 1, "n": 3}
 
 
+def test_a_truncate_removes_the_rows_its_own_batch_wrote_before_it(
+    store: RedisStore, client: Any
+) -> None:
+    store.apply([cdc("c", {"user_id": "u1"}, {"user_id": "u1"})])
+    store.commit({})
+    truncate = {"before": None, "after": None, "op": "t", "ts_ms": 1, "source": {}}
+    store.apply([cdc("c", {"user_id": "u2"}, {"user_id": "u2"}),
+                 change_of(USERS, b"{}", orjson.dumps(truncate), cdc=False),
+                 cdc("c", {"user_id": "u3"}, {"user_id": "u3"})])  # fmt: skip
+    store.commit({})
+    assert client.keys("users:*") == ["users:u3"]
+    assert store.rows("users") == {"u3": {"user_id": "u3"}}
+
+
+def test_a_restarted_server_gets_the_batch_script_again(store: RedisStore, client: Any) -> None:
+    store.apply([cdc("c", {"user_id": "u1"}, {"user_id": "u1"})])
+    store.commit({})
+    client.script_flush()  # as a restarted server has no scripts
+    store.apply([cdc("c", {"user_id": "u2"}, {"user_id": "u2", "n": 2})])
+    store.commit({(USERS, 3): 12_345_678_901_234_567})
+    assert client.hgetall("users:u2") == {"user_id": "u2", "n": "2"}
+    assert store.positions() == {(USERS, 3): 12_345_678_901_234_567}
+
+
 def test_changelog_entries_are_strings_of_the_value_and_a_tombstone_removes_them(
     store: RedisStore, client: Any
 ) -> None:
