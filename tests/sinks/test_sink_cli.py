@@ -8,12 +8,14 @@ Bad input: one line, exit 1."""
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import time
 from pathlib import Path
 
 import redis
+from confluent_kafka import Consumer, TopicPartition
 
 from riverbed.testing.postgres import PostgresCluster, database
 from tests.support.brokers import BrokerProcess
@@ -108,6 +110,34 @@ def test_the_stores_follow_cdc_through_kill_9_and_verify_agrees(
                 client.close()
         finally:
             capture.stop()
+
+
+def test_a_changelog_is_served_from_redis_and_the_group_shows_the_sinks_position(
+    broker_process: BrokerProcess, redis_url: str
+) -> None:
+    bootstrap = broker_process.bootstrap
+    ok(run_riverbed("topics", "create", "--topic", "totals", "--partitions", "2",
+                    "--config", "cleanup.policy=compact", "--bootstrap", bootstrap))  # fmt: skip
+    lines = "".join(f'{{"k":{n % 5}}}|{{"k":{n % 5},"n":{n}}}\n' for n in range(20))
+    ok(run_riverbed("produce", "--topic", "totals", "--key-separator", "|",
+                    "--bootstrap", bootstrap, stdin=lines))  # fmt: skip
+    ok(run_riverbed("sink", "run", "redis", "--topics", "totals", "--redis", redis_url,
+                    "--until-caught-up", "--bootstrap", bootstrap))  # fmt: skip
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        assert {k: json.loads(client.get(k)) for k in client.scan_iter("totals:*")} == {
+            f'totals:{{"k":{k}}}': {"k": k, "n": 15 + k} for k in range(5)
+        }
+    finally:
+        client.close()
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "riverbed-sink-redis"})
+    try:
+        wanted = [TopicPartition("totals", p) for p in range(2)]
+        committed = {tp.partition: tp.offset for tp in consumer.committed(wanted, timeout=30)}
+        ends = {p: consumer.get_watermark_offsets(TopicPartition("totals", p))[1] for p in range(2)}
+    finally:
+        consumer.close()
+    assert committed == ends and sum(ends.values()) == 20
 
 
 def test_a_topic_that_is_not_a_changelog_stops_the_sink_before_anything(
