@@ -35,13 +35,13 @@ import duckdb
 import orjson
 import psycopg2
 import redis
-from confluent_kafka.admin import AdminClient
 
-from riverbed.cdc.capture import LogCaptureConfig, run_log_capture
-from riverbed.demo.console import KAFKA_LOG, kafka_config
+from riverbed.cdc.capture import LogCaptureConfig
+from riverbed.demo.console import KAFKA_LOG
+from riverbed.demo.shop_cdc import capturing
 from riverbed.sinks.duckdb_store import DuckDBStore
 from riverbed.sinks.redis_store import RedisStore
-from riverbed.sinks.runner import SinkConfig, run_sink
+from riverbed.sinks.runner import SinkConfig, SinkCounts, run_sink
 from riverbed.sinks.search_store import SearchStore, search
 from riverbed.sinks.store import Store
 from riverbed.testing.postgres import PostgresCluster, database
@@ -68,7 +68,12 @@ def run(cluster: PostgresCluster, bootstrap: str, data_dir: Path) -> None:
     try:
         with database(cluster) as dsn:
             _create_tables(dsn)
-            with _capturing(dsn, bootstrap), _sinks(bootstrap, server, data_dir) as stop_duckdb:
+            capture = LogCaptureConfig(
+                dsn=dsn, bootstrap=bootstrap, prefix="dual",
+                tables=("public.products", "public.orders"), slot="riverbed_demo_dual",
+                publication="riverbed_demo_dual", drop_slot=True, heartbeat_ms=500,
+            )  # fmt: skip
+            with capturing(capture), _sinks(bootstrap, server, data_dir) as stop_duckdb:
                 print(f"riverbed cdc -> {PRODUCTS}, {ORDERS} -> redis, search, duckdb sinks")
                 moved = _dual_writes(dsn, server)
                 print(f"two application threads made {moved:,} price updates of {HOT} products")
@@ -104,39 +109,6 @@ def _create_tables(dsn: str) -> None:
 
 
 @contextmanager
-def _capturing(dsn: str, bootstrap: str) -> Iterator[None]:
-    stop = threading.Event()
-    errors: list[BaseException] = []
-    config = LogCaptureConfig(
-        dsn=dsn, bootstrap=bootstrap, prefix="dual", tables=("public.products", "public.orders"),
-        slot="riverbed_demo_dual", publication="riverbed_demo_dual", drop_slot=True,
-        heartbeat_ms=500,
-    )  # fmt: skip
-
-    def capture() -> None:
-        try:
-            run_log_capture(config, say=lambda line: None, stopping=stop.is_set)
-        except BaseException as e:  # shown below
-            errors.append(e)
-
-    thread = threading.Thread(target=capture, daemon=True)
-    thread.start()
-    try:
-        _wait_until(lambda: bool(errors) or _topics_exist(bootstrap), 60)
-        if errors:
-            raise SystemExit(f"demo: the capture failed: {errors[0]}")
-        yield
-    finally:
-        stop.set()
-        thread.join(30)
-
-
-def _topics_exist(bootstrap: str) -> bool:
-    admin = AdminClient(kafka_config(bootstrap))
-    return {PRODUCTS, ORDERS} <= set(admin.list_topics(timeout=10).topics)
-
-
-@contextmanager
 def _sinks(bootstrap: str, server: RedisServer, data_dir: Path) -> Iterator[Callable[[], None]]:
     """The three sinks on threads; yields a function that stops the DuckDB one (DuckDB lets
     one process open a file it writes: verify and the query read it after)."""
@@ -166,10 +138,7 @@ def _sinks(bootstrap: str, server: RedisServer, data_dir: Path) -> Iterator[Call
         the positions in its file) and stop."""
         stops["duckdb"].set()
         threads["duckdb"].join(30)
-        config = SinkConfig(bootstrap=bootstrap, topics=(PRODUCTS, ORDERS), group_id="demo-duckdb",
-                            until_caught_up=True, settings={"logger": KAFKA_LOG})  # fmt: skip
-        run_sink(config, DuckDBStore(data_dir / "shop.duckdb"), stopping=lambda: False,
-                 say=lambda line: None)  # fmt: skip
+        _catch_up(bootstrap, (PRODUCTS, ORDERS), DuckDBStore(data_dir / "shop.duckdb"))
 
     try:
         yield stop_duckdb
@@ -332,9 +301,7 @@ def _changelogs(bootstrap: str, server: RedisServer, database_file: Path) -> Non
     url = f"redis://127.0.0.1:{server.port}/2"
     for topics, store in ((("shop.carts.state",), RedisStore(url)),
                           (("category_sales",), DuckDBStore(database_file))):  # fmt: skip
-        config = SinkConfig(bootstrap=bootstrap, topics=topics, group_id="demo-changelogs",
-                            until_caught_up=True, settings={"logger": KAFKA_LOG})  # fmt: skip
-        counts = run_sink(config, store, stopping=lambda: False, say=lambda line: None)
+        counts = _catch_up(bootstrap, topics, store)
         print(f"{topics[0]} -> {store.name}: {counts.describe()}")
     client = redis.Redis.from_url(url, decode_responses=True)
     try:
@@ -351,6 +318,13 @@ def _changelogs(bootstrap: str, server: RedisServer, database_file: Path) -> Non
     print("  DuckDB: SELECT category, orders, revenue_cents FROM category_sales ... LIMIT 3")
     for row in rows:
         print(f"    {orjson.dumps(list(row), default=str).decode()}")
+
+
+def _catch_up(bootstrap: str, topics: tuple[str, ...], store: Store) -> SinkCounts:
+    """A sink of ``topics`` into ``store`` until it has applied them to their ends."""
+    config = SinkConfig(bootstrap=bootstrap, topics=topics, group_id="demo-catch-up",
+                        until_caught_up=True, settings={"logger": KAFKA_LOG})  # fmt: skip
+    return run_sink(config, store, stopping=lambda: False, say=lambda line: None)
 
 
 def _wait_until(done: Callable[[], Any], timeout_s: float) -> None:

@@ -27,6 +27,8 @@ import json
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -100,14 +102,36 @@ class _Tail(threading.Thread):
             consumer.close()
 
 
-def _wait_for_topics(bootstrap: str, topics: list[str], timeout_s: float) -> None:
-    admin = AdminClient(kafka_config(bootstrap))
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if set(topics) <= set(admin.list_topics(timeout=10).topics):
-            return
-        time.sleep(0.2)
-    raise SystemExit(f"demo: the capture did not create {topics} within {timeout_s:.0f} s")
+@contextmanager
+def capturing(config: LogCaptureConfig) -> Iterator[list[BaseException]]:
+    """``riverbed cdc``'s log-based capture of ``config`` on a thread of its own, once it
+    has created its topics; yields the list its error goes to if it fails meanwhile (the
+    section shows it), and stops it at the end."""
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def capture() -> None:
+        try:
+            run_log_capture(config, say=lambda line: None, stopping=stop.is_set)
+        except BaseException as e:  # shown by the section
+            errors.append(e)
+
+    thread = threading.Thread(target=capture, daemon=True)
+    thread.start()
+    try:
+        topics = {f"{config.prefix}.{t}" for t in config.tables}
+        admin = AdminClient(kafka_config(config.bootstrap))
+        deadline = time.monotonic() + 60
+        while not topics <= set(admin.list_topics(timeout=10).topics):
+            if errors:
+                raise SystemExit(f"demo: the capture failed: {errors[0]}")
+            if time.monotonic() > deadline:
+                raise SystemExit(f"demo: the capture did not create {sorted(topics)} in 60 s")
+            time.sleep(0.2)
+        yield errors
+    finally:
+        stop.set()
+        thread.join(30)
 
 
 def _end_offsets(bootstrap: str, topic: str) -> dict[str, int]:
@@ -150,100 +174,98 @@ def run(spark: SparkSession, cluster: PostgresCluster, bootstrap: str, *, second
     """Capture the shop's tables from ``cluster``, run the shop for ``seconds`` of real
     time with both pipelines on ``spark``, then check them (module docstring)."""
     print(f"PostgreSQL {cluster.dsn} (wal_level=logical), a private cluster for the demo")
-    stop = threading.Event()
-    errors: list[BaseException] = []
     tail = _Tail(bootstrap)
-    capturing: threading.Thread | None = None
+    database = ShopDatabase.connect(cluster.dsn, timeout_s=10)
+    database.create_tables()
+    database.close()
+    capture_config = LogCaptureConfig(
+        dsn=cluster.dsn,
+        bootstrap=bootstrap,
+        prefix="shop",
+        tables=TABLES,
+        slot="riverbed_demo",
+        publication="riverbed_demo",
+    )
     try:
-        database = ShopDatabase.connect(cluster.dsn, timeout_s=10)
-        database.create_tables()
-        database.close()
-        capture_config = LogCaptureConfig(
-            dsn=cluster.dsn,
-            bootstrap=bootstrap,
-            prefix="shop",
-            tables=TABLES,
-            slot="riverbed_demo",
-            publication="riverbed_demo",
-        )
-
-        def capture() -> None:
-            try:
-                run_log_capture(capture_config, say=lambda line: None, stopping=stop.is_set)
-            except BaseException as e:  # shown after the section
-                errors.append(e)
-
-        capturing = threading.Thread(target=capture, daemon=True)
-        capturing.start()
-        cdc_topics = [f"shop.{t}" for t in TABLES]
-        _wait_for_topics(bootstrap, cdc_topics, 60)
-        print(f"riverbed cdc capturing {', '.join(TABLES)} into {', '.join(cdc_topics)}")
-        for name in ("enriched_clicks", "category_sales"):
-            ensure_outputs(PIPELINES[name], bootstrap, 10.0)
-        clicks_end = _end_offsets(bootstrap, "clicks")
-        tail.start()
-        queries = []
-        with tempfile.TemporaryDirectory() as checkpoints:
-            for name in ("enriched_clicks", "category_sales"):
-                pipeline = PIPELINES[name]
-                starting = {t: {"0": -2} for t in pipeline.inputs if t.startswith("shop.")}
-                if "clicks" in pipeline.inputs:
-                    starting["clicks"] = clicks_end
-                queries.append(
-                    start(
-                        spark,
-                        bootstrap,
-                        name,
-                        Path(checkpoints),
-                        starting_offsets=json.dumps(starting),
-                    )
-                )
-            print("enriched_clicks and category_sales running; the shop runs in real time")
-            shop = ShopConfig(
-                seed=11,
-                users=1_000,
-                products=60,
-                start_ms=int(time.time() * 1000),
-                event_rate=60.0,
-                late_fraction=0.0,
-                oltp_rate=8.0,
-            )
-            events = int(seconds * shop.event_rate)
-            summary = run_shop(
-                shop,
-                PlaybackConfig(bootstrap=bootstrap, dsn=cluster.dsn, events=events, rate=60.0),
-                stopping=lambda: bool(errors),
-            )
-            ops = ", ".join(f"{n:,} {kind.value}s" for kind, n in summary.operations.items())
-            print(
-                f"the shop made {ops} in PostgreSQL and sent {summary.events:,} events "
-                f"({summary.per_topic['clicks']:,} clicks) in {summary.elapsed_s:.0f} s"
-            )
-            expected = _database_sales(cluster.dsn)
-            deadline = time.monotonic() + 90
-            while time.monotonic() < deadline and not errors:
-                done = len(tail.clicks) >= summary.per_topic["clicks"]
-                if done and _totals(tail.sales) == expected:
-                    break
-                time.sleep(0.1)
-            for query in queries:
-                stop_between_batches(query)
-        if errors:
-            raise SystemExit(f"demo: the capture failed: {errors[0]}")
-        _print_sales(tail.sales, "(read from the topic)")
-        matches = _totals(tail.sales) == expected
-        print(f"category_sales equals the same GROUP BY on PostgreSQL: {matches}")
-        known = sum(1 for v in tail.clicks.values() if v.get("name") is not None)
-        print(
-            f"enriched_clicks: {len(tail.clicks):,} clicks, {known:,} with the user's profile "
-            f"as of the click; every click enriched once: "
-            f"{len(tail.clicks) == summary.per_topic['clicks']}"
-        )
-        sample = next(iter(tail.clicks.values()), None)
-        if sample is not None:
-            print(f"  e.g. {json.dumps(sample)}")
+        with capturing(capture_config) as errors:
+            _follow_the_shop(spark, cluster, bootstrap, tail, errors, seconds=seconds)
     finally:
-        stop.set()
         tail.stop.set()
-        if capturing is not None:
-            capturing.join(30)
+
+
+def _follow_the_shop(
+    spark: SparkSession,
+    cluster: PostgresCluster,
+    bootstrap: str,
+    tail: _Tail,
+    errors: list[BaseException],
+    *,
+    seconds: float,
+) -> None:
+    """The shop for ``seconds`` with both pipelines, while the capture runs; the checks."""
+    cdc_topics = [f"shop.{t}" for t in TABLES]
+    print(f"riverbed cdc capturing {', '.join(TABLES)} into {', '.join(cdc_topics)}")
+    for name in ("enriched_clicks", "category_sales"):
+        ensure_outputs(PIPELINES[name], bootstrap, 10.0)
+    clicks_end = _end_offsets(bootstrap, "clicks")
+    tail.start()
+    queries = []
+    with tempfile.TemporaryDirectory() as checkpoints:
+        for name in ("enriched_clicks", "category_sales"):
+            pipeline = PIPELINES[name]
+            starting = {t: {"0": -2} for t in pipeline.inputs if t.startswith("shop.")}
+            if "clicks" in pipeline.inputs:
+                starting["clicks"] = clicks_end
+            queries.append(
+                start(
+                    spark,
+                    bootstrap,
+                    name,
+                    Path(checkpoints),
+                    starting_offsets=json.dumps(starting),
+                )
+            )
+        print("enriched_clicks and category_sales running; the shop runs in real time")
+        shop = ShopConfig(
+            seed=11,
+            users=1_000,
+            products=60,
+            start_ms=int(time.time() * 1000),
+            event_rate=60.0,
+            late_fraction=0.0,
+            oltp_rate=8.0,
+        )
+        events = int(seconds * shop.event_rate)
+        summary = run_shop(
+            shop,
+            PlaybackConfig(bootstrap=bootstrap, dsn=cluster.dsn, events=events, rate=60.0),
+            stopping=lambda: bool(errors),
+        )
+        ops = ", ".join(f"{n:,} {kind.value}s" for kind, n in summary.operations.items())
+        print(
+            f"the shop made {ops} in PostgreSQL and sent {summary.events:,} events "
+            f"({summary.per_topic['clicks']:,} clicks) in {summary.elapsed_s:.0f} s"
+        )
+        expected = _database_sales(cluster.dsn)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not errors:
+            done = len(tail.clicks) >= summary.per_topic["clicks"]
+            if done and _totals(tail.sales) == expected:
+                break
+            time.sleep(0.1)
+        for query in queries:
+            stop_between_batches(query)
+    if errors:
+        raise SystemExit(f"demo: the capture failed: {errors[0]}")
+    _print_sales(tail.sales, "(read from the topic)")
+    matches = _totals(tail.sales) == expected
+    print(f"category_sales equals the same GROUP BY on PostgreSQL: {matches}")
+    known = sum(1 for v in tail.clicks.values() if v.get("name") is not None)
+    print(
+        f"enriched_clicks: {len(tail.clicks):,} clicks, {known:,} with the user's profile "
+        f"as of the click; every click enriched once: "
+        f"{len(tail.clicks) == summary.per_topic['clicks']}"
+    )
+    sample = next(iter(tail.clicks.values()), None)
+    if sample is not None:
+        print(f"  e.g. {json.dumps(sample)}")
