@@ -115,7 +115,7 @@ class RedisStore:
                     if value is None:
                         nulls.append(name)
                     else:
-                        fields += (name, value if type(value) is str else field_text(value))
+                        fields += (name, field_text(value))
                 ops.append(("h", key, 0 if change.unavailable else 1, fields, nulls))
 
     def commit(self, positions: Positions) -> None:
