@@ -147,13 +147,15 @@ class RedisStore:
             self._client = None
 
     def rows(self, table: str) -> dict[str, dict[str, str]]:
-        """Every row of a CDC table: row id -> its fields."""
+        """Every row of a CDC table: row id -> its fields (for ``riverbed sink verify``)."""
         client = self._require()
-        found: dict[str, dict[str, str]] = {}
-        prefix = f"{table}:"
-        for key in client.scan_iter(f"{table}:*", count=1000):
-            found[key[len(prefix) :]] = cast(dict[str, str], client.hgetall(key))
-        return found
+        keys = list(client.scan_iter(f"{table}:*", count=1000))
+        pipe = client.pipeline(transaction=False)  # one round trip, not one a row
+        for key in keys:
+            pipe.hgetall(key)
+        prefix = len(table) + 1
+        return {key[prefix:]: cast(dict[str, str], row)
+                for key, row in zip(keys, pipe.execute(), strict=True)}  # fmt: skip
 
     def _require(self) -> redis.Redis:
         if self._client is None:

@@ -148,7 +148,7 @@ def _follow(
             error = message.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
-                    at_end.add((str(message.topic()), int(message.partition() or 0)))
+                    at_end.add(_where(message)[:2])
                 elif error.fatal():
                     raise SinkError(f"the consumer failed: {error.str()}")
                 continue  # transient (a broker restarting): librdkafka retries
