@@ -24,6 +24,7 @@ from tests.support.capture import (
     fold,
     read_topic,
     run_capture,
+    snapshot_reads,
     start_writing_counters,
     wait_for_changes,
 )
@@ -75,8 +76,9 @@ def test_snapshot_under_writes_then_streaming_misses_and_doubles_nothing(
         finally:
             assert capture.stop() == 0, capture.log()
         ops = check_counter_runs(changes)
-        # Every row as of the slot's consistent point (the writer had been at work already).
-        assert 19_900 < ops["r"] < 20_200, ops
+        # Every row as of the slot's consistent point (the writer had been at work already),
+        # read once, before anything streamed.
+        assert snapshot_reads(changes) > 19_900, ops
         assert ops["u"] > 100 and ops.get("c", 0) > 5 and ops.get("d", 0) > 5, ops
         snapshot = [c for c in changes if c.op == "r"]
         assert [c.value["source"]["snapshot"] for c in snapshot[-2:]] == ["true", "last"]
@@ -239,7 +241,9 @@ def test_kill_9_mid_stream_and_changes_while_down_lose_nothing(
         finally:
             assert capture.stop() == 0, capture.log()
         ops = check_counter_runs(changes)
-        assert 1_950 < ops["r"] < 2_100 and ops["u"] > 200, ops
+        # One snapshot, read before anything streamed: a resume after kill -9 reads none.
+        # (How many rows it holds depends on how long the first start took.)
+        assert snapshot_reads(changes) > 1_950 and ops["u"] > 200, ops
         assert writer.transactions > 300
 
 

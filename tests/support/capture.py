@@ -181,6 +181,14 @@ class Writer(threading.Thread):
             raise self.error
 
 
+def snapshot_reads(changes: list[Change]) -> int:
+    """How many snapshot reads (``r``) there are, after checking they come first, before
+    anything streamed: one snapshot, never redone (a resume reads none)."""
+    reads = [i for i, change in enumerate(changes) if change.op == "r"]
+    assert reads == list(range(len(reads))), "snapshot reads after streamed changes"
+    return len(reads)
+
+
 def check_counter_runs(changes: list[Change]) -> dict[str, int]:
     """Every key's values run without a gap or a repeat; a tombstone right after each delete;
     each key's (commitLsn, lsn) grows (the README's deduplication rule relies on it).
