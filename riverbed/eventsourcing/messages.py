@@ -98,6 +98,10 @@ class Result:
         return self.status == ACCEPTED
 
 
+EventParts = tuple[str, int, str, int, dict[str, Any], str | None, str]
+"""An event's aggregate id, version, type, schema, data, user id and event id."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StreamFormat:
     """The topics' formats for an aggregate whose id field is ``id_field``."""
@@ -171,18 +175,19 @@ class StreamFormat:
     def encode_event(self, event: Event) -> tuple[bytes, bytes]:
         return self.key(event.aggregate_id), dumps(self.document(event))
 
-    def well_formed_event(self, fields: dict[str, Any]) -> bool:
-        """Whether an event record's JSON object is a valid event, checked at once: what a
-        processor wrote passes (replay reads every event: a field at a time cost 60% of
-        it). :meth:`event_of` names the first wrong field of one that does not."""
+    def event_parts(self, fields: dict[str, Any]) -> EventParts | None:
+        """What a replay needs of an event record's JSON object, checked at once, or None
+        if it is not a valid event (:meth:`event_of` names its first wrong field): what a
+        processor wrote passes. Replay reads every event, so this is one step: a field at a
+        time cost 60% of it, and checking first and reading the fields again, 5%."""
         try:
             event_id, aggregate_id = fields["event_id"], fields[self.id_field]
             version, event_type, schema = fields["version"], fields["type"], fields["schema"]
             data, command_id, ts = fields["data"], fields["command_id"], fields["ts"]
         except KeyError:
-            return False
+            return None
         user_id = fields.get("user_id")
-        return (
+        if (
             type(event_id) is str
             and event_id != ""
             and type(aggregate_id) is str
@@ -198,7 +203,9 @@ class StreamFormat:
             and type(ts) is int
             and type(schema) is int
             and schema >= 1
-        )
+        ):
+            return aggregate_id, version, event_type, schema, data, user_id, event_id
+        return None
 
     def decode_event(self, value: bytes | None) -> Event:
         return self.event_of(loads_object(value, "event"))
@@ -206,7 +213,7 @@ class StreamFormat:
     def event_of(self, fields: dict[str, Any]) -> Event:
         """The event an event record's JSON object holds, or a MessageError naming its
         first wrong field."""
-        if self.well_formed_event(fields):
+        if self.event_parts(fields) is not None:
             return Event(
                 event_id=fields["event_id"],
                 aggregate_id=fields[self.id_field],
@@ -253,13 +260,17 @@ class StreamFormat:
 
 
 def loads_object(value: bytes | None, what: str) -> dict[str, Any]:
-    if value is None:
-        raise MessageError(f"a {what} with no value (a tombstone)")
     try:
-        document = loads(value)
-    except ValueError as e:  # json.JSONDecodeError, UnicodeDecodeError
-        raise MessageError(f"a {what} that is not JSON: {e}") from None
-    if not isinstance(document, dict):
+        # the usual case first: replay reads every event here (None: a JSONDecodeError)
+        document = orjson.loads(value)  # type: ignore[arg-type]
+    except orjson.JSONDecodeError:
+        if value is None:
+            raise MessageError(f"a {what} with no value (a tombstone)") from None
+        try:
+            document = json.loads(value)  # what orjson refuses: see loads()
+        except ValueError as e:  # json.JSONDecodeError, UnicodeDecodeError
+            raise MessageError(f"a {what} that is not JSON: {e}") from None
+    if type(document) is not dict:
         raise MessageError(f"a {what} must be a JSON object, not {type(document).__name__}")
     return document
 

@@ -49,7 +49,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -388,11 +388,7 @@ class CommandProcessor(Generic[S, C, E]):
         self.keyring.keys.clear()
         self._repairs.clear()
         self._keys_end = 0
-
-        def apply(message: Message) -> None:
-            self._apply_key(message)
-
-        self._read(self.topics.keys, None, apply)
+        self._read(self.topics.keys, {0: self._apply_key})  # one partition
         self._keys.assign([TopicPartition(self.topics.keys, 0, self._keys_end)])
 
     def _follow_keys(self) -> None:
@@ -424,44 +420,32 @@ class CommandProcessor(Generic[S, C, E]):
         if not owned:
             return restore
         rebuilds = {number: _Rebuild(self, number) for number in owned}
-
-        def snapshot(message: Message) -> None:
-            rebuilds[cast(int, message.partition())].snapshot(message)
-
-        def event(message: Message) -> None:
-            rebuilds[cast(int, message.partition())].event(message)
-
-        def result(message: Message) -> None:
-            rebuilds[cast(int, message.partition())].result(message)
-
         started = time.perf_counter()
-        self._read(self.topics.snapshots, owned, snapshot)
-        self._read(self.topics.events, owned, event)
+        self._read(self.topics.snapshots, {n: r.snapshot for n, r in rebuilds.items()})
+        self._read(self.topics.events, {n: r.event for n, r in rebuilds.items()})
         for rebuild in rebuilds.values():
             rebuild.restoring.close()
             restore.snapshots += len(rebuild.owned.snapshotted)
             restore.events += rebuild.restoring.read
         results_from = time.perf_counter()
         restore.events_s = results_from - started
-        self._read(self.topics.results, owned, result)
+        self._read(self.topics.results, {n: r.result for n, r in rebuilds.items()})
         restore.results_s = time.perf_counter() - results_from
         for number, rebuild in rebuilds.items():
             restore.results += len(rebuild.owned.state.results)
             self.owned[number] = rebuild.owned
         return restore
 
-    def _read(
-        self, topic: str, partitions: list[int] | None, each: Callable[[Message], Any]
-    ) -> None:
-        """Every committed record of ``topic`` (those ``partitions``, or all) to its end,
-        with the consumer every restore shares."""
+    def _read(self, topic: str, each: Mapping[int, Callable[[Message], Any]]) -> None:
+        """Every committed record of ``topic``'s partitions (the keys of ``each``) to its
+        end, with the consumer every restore shares."""
         if self._reader is None:
             self._reader = TopicReader(
                 self.config.bootstrap, timeout_s=self.config.timeout_s,
                 settings=self._client(**{"group.id": f"{self.config.group_id}-restore"}),
             )  # fmt: skip
         try:
-            self._reader.read(topic, each, partitions=partitions)
+            self._reader.read_partitions(topic, each)
         except TopicReadError as e:
             raise ProcessorError(f"cannot restore: {e}") from None
 
