@@ -1,0 +1,122 @@
+"""The sink runner in this process, with a store that records what it is asked: every call
+made from one thread of the store's own, a batch applied while the next one is read and
+decoded, the cycle collector held back while it follows (and put back after), and a
+store's failure stopping the sink with the store closed."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from riverbed.sinks import runner
+from riverbed.sinks.changes import Change, SinkError, change_of
+from riverbed.sinks.runner import SinkConfig, run_sink
+from riverbed.sinks.store import Positions, TopicPartition
+from tests.support.brokers import BrokerProcess
+
+TOPIC = "totals"
+RECORDS = 60
+
+
+class Recording:
+    """A store that keeps what it is given, slowly (``apply`` takes ``apply_s``)."""
+
+    name = "recording"
+
+    def __init__(self, *, apply_s: float = 0.0, fail_at_batch: int | None = None) -> None:
+        self.apply_s, self.fail_at_batch = apply_s, fail_at_batch
+        self.threads: set[int] = set()
+        self.applied: list[Change] = []
+        self.sizes: list[int] = []
+        self.committed: dict[TopicPartition, int] = {}
+        self.applying: list[tuple[float, float]] = []  # each apply's start and end
+        self.thresholds: set[tuple[int, int, int]] = set()
+        self.closed = False
+
+    def open(self) -> None:
+        self.threads.add(threading.get_ident())
+
+    def positions(self) -> dict[TopicPartition, int]:
+        self.threads.add(threading.get_ident())
+        return dict(self.committed)
+
+    def apply(self, changes: Sequence[Change]) -> None:
+        self.threads.add(threading.get_ident())
+        self.thresholds.add(gc.get_threshold())
+        started = time.monotonic()
+        time.sleep(self.apply_s)
+        self.applied += changes
+        self.sizes.append(len(changes))
+        self.applying.append((started, time.monotonic()))
+
+    def commit(self, positions: Positions) -> None:
+        self.threads.add(threading.get_ident())
+        if self.fail_at_batch == len(self.applying):
+            raise SinkError("the store is full")
+        self.committed.update(positions)
+
+    def close(self) -> None:
+        self.threads.add(threading.get_ident())
+        self.closed = True
+
+
+@pytest.fixture
+def bootstrap(broker_process: BrokerProcess) -> str:
+    bootstrap = broker_process.bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    new = NewTopic(TOPIC, num_partitions=2, config={"cleanup.policy": "compact"})
+    admin.create_topics([new])[TOPIC].result(timeout=30)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for n in range(RECORDS):
+        producer.produce(TOPIC, orjson.dumps({"n": n}), orjson.dumps({"k": n}), partition=n % 2)
+    assert producer.flush(30) == 0
+    return bootstrap
+
+
+def follow(bootstrap: str, store: Recording, **options: Any) -> Any:
+    config = SinkConfig(bootstrap=bootstrap, topics=(TOPIC,), group_id="g", until_caught_up=True,
+                        max_batch=10, **options)  # fmt: skip
+    return run_sink(config, store, stopping=lambda: False, say=lambda _: None)
+
+
+def test_the_store_is_driven_from_a_thread_of_its_own_while_the_next_batch_is_read(
+    bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    decoded: list[float] = []
+
+    def timed_change_of(*args: Any, **kwargs: Any) -> Change:
+        decoded.append(time.monotonic())
+        return change_of(*args, **kwargs)
+
+    monkeypatch.setattr("riverbed.sinks.runner.change_of", timed_change_of)
+    before = gc.get_threshold()
+    store = Recording(apply_s=0.05)
+    counts = follow(bootstrap, store)
+    assert counts.changes == RECORDS and counts.batches == len(store.applying) >= 6
+    assert sorted(c.row["n"] for c in store.applied if c.row) == list(range(RECORDS))
+    assert store.committed == {(TOPIC, 0): RECORDS // 2, (TOPIC, 1): RECORDS // 2}
+    assert len(store.threads) == 1 and threading.get_ident() not in store.threads
+    assert store.closed
+    # Records were decoded while an earlier batch was being applied.
+    assert any(start < t < end for start, end in store.applying for t in decoded)
+    # The collector was held back while the sink followed, and is as it was after.
+    assert store.thresholds == {(runner._COLLECT_EVERY, 20, 100)}
+    assert gc.get_threshold() == before
+
+
+def test_a_store_that_fails_stops_the_sink_with_its_error_and_is_closed(bootstrap: str) -> None:
+    before = gc.get_threshold()
+    store = Recording(fail_at_batch=2)
+    with pytest.raises(SinkError, match="the store is full"):
+        follow(bootstrap, store)
+    assert store.closed and len(store.applying) == 2
+    assert sum(store.committed.values()) == store.sizes[0]  # the first batch only
+    assert gc.get_threshold() == before
