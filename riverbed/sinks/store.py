@@ -10,6 +10,9 @@ offset of the next record to apply. The runner (:mod:`riverbed.sinks.runner`) ca
         store.commit(positions)    # the batch and the new positions, atomically
     store.close()
 
+Every call comes from one thread, the runner's thread for the store (not the main thread):
+the runner reads and decodes the next batch meanwhile.
+
 ``commit`` is what makes a sink exactly-once in effect: a crash before it loses the batch
 and the positions together, so the restarted sink applies the batch again from the old
 positions; after it, both are there. Applying a change twice in a row is harmless as well
