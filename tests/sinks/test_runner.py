@@ -1,7 +1,8 @@
 """The sink runner in this process, with a store that records what it is asked: every call
 made from one thread of the store's own, a batch applied while the next one is read and
 decoded, the cycle collector held back while it follows (and put back after), and a
-store's failure stopping the sink with the store closed."""
+store's failure stopping the sink with the store closed; ``sink run``'s batch size per
+store."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from riverbed.cli.main import build_parser
+from riverbed.cli.sink_command import sink_config
 from riverbed.sinks import runner
 from riverbed.sinks.changes import Change, SinkError, change_of
 from riverbed.sinks.runner import SinkConfig, run_sink
@@ -120,3 +123,20 @@ def test_a_store_that_fails_stops_the_sink_with_its_error_and_is_closed(bootstra
     assert store.closed and len(store.applying) == 2
     assert sum(store.committed.values()) == store.sizes[0]  # the first batch only
     assert gc.get_threshold() == before
+
+
+@pytest.mark.parametrize(
+    ("arguments", "max_batch"),
+    [
+        (["redis"], 5_000),
+        (["search", "--index", "i"], 5_000),
+        (["duckdb", "--database", "d"], 20_000),
+        (["duckdb", "--database", "d", "--max-batch", "7"], 7),
+    ],
+)
+def test_a_batch_is_at_most_the_stores_default_or_max_batch(
+    arguments: list[str], max_batch: int
+) -> None:
+    args = build_parser().parse_args(["sink", "run", *arguments, "--topics", "a, b"])
+    config = sink_config(args)
+    assert config.max_batch == max_batch and config.topics == ("a", "b")
