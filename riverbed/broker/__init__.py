@@ -23,6 +23,22 @@ How a request travels, and where each part lives:
 - :mod:`~riverbed.broker.errors` — the one mapping from failures to Kafka error codes.
 """
 
-from riverbed.broker.broker import Broker
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from riverbed.broker.broker import Broker
 
 __all__ = ["Broker"]
+
+
+def __getattr__(name: str) -> Any:
+    """``Broker`` on first use: every ``riverbed`` command imports
+    :mod:`riverbed.broker.config` (``riverbed broker``'s options), and that loads none of the
+    broker then."""
+    if name == "Broker":
+        from riverbed.broker.broker import Broker
+
+        return Broker
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,7 +16,6 @@ import orjson
 from riverbed.cli.arguments import add_command, add_number, positive_int
 from riverbed.cli.errors import CliError
 from riverbed.sinks.changes import SinkError
-from riverbed.sinks.search_store import search
 
 __all__ = ["add_parser"]
 
@@ -36,6 +35,8 @@ def add_parser(commands: Any) -> None:
 
 
 def _search(args: argparse.Namespace) -> int:
+    from riverbed.sinks.search_store import search  # here: every riverbed command imports this
+
     try:
         hits = search(args.directory, args.query, limit=args.limit)
     except SinkError as e:

@@ -25,10 +25,8 @@ from riverbed.cli.errors import CliError
 from riverbed.cli.output import notice
 from riverbed.cli.stopping import StopSignals
 from riverbed.sinks.changes import SinkError
-from riverbed.sinks.duckdb_store import DuckDBStore
 from riverbed.sinks.redis_store import DEFAULT_URL, RedisStore
 from riverbed.sinks.runner import SinkConfig, SinkCounts, run_sink
-from riverbed.sinks.search_store import SearchStore
 from riverbed.sinks.store import Store
 
 __all__ = ["MAX_BATCH", "add_parser", "sink_config"]
@@ -94,9 +92,13 @@ def open_store(kind: str, args: argparse.Namespace) -> Store:
     if kind == "search":
         if not args.index:
             raise CliError("sink run search needs --index DIR", exit_code=2)
+        from riverbed.sinks.search_store import SearchStore  # here: tantivy, for this store only
+
         return SearchStore(args.index)
     if not args.database:
         raise CliError("sink run duckdb needs --database FILE", exit_code=2)
+    from riverbed.sinks.duckdb_store import DuckDBStore  # here: duckdb and pyarrow, 0.15 s
+
     return DuckDBStore(args.database)
 
 

@@ -35,7 +35,11 @@ Exceptions (``errors``)::
 ``TransactionAdmin`` turns them into ``BrokerUnreachableError`` and ``RequestFailedError``.
 """
 
-from riverbed.client.connection import BrokerConnection, connect, split_address
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from riverbed.client.errors import (
     BrokerUnreachableError,
     ClientError,
@@ -45,14 +49,35 @@ from riverbed.client.errors import (
     UnsupportedApiError,
     UnsupportedFilterError,
 )
-from riverbed.client.transactions import (
-    ListFilters,
-    ListResult,
-    TransactionAdmin,
-    TransactionDescription,
-    TransactionListing,
-    error_name,
-)
+
+if TYPE_CHECKING:
+    from riverbed.client.connection import BrokerConnection, connect, split_address
+    from riverbed.client.transactions import (
+        ListFilters,
+        ListResult,
+        TransactionAdmin,
+        TransactionDescription,
+        TransactionListing,
+        error_name,
+    )
+
+_LAZY = {
+    "riverbed.client.connection": ("BrokerConnection", "connect", "split_address"),
+    "riverbed.client.transactions": (
+        "ListFilters", "ListResult", "TransactionAdmin", "TransactionDescription",
+        "TransactionListing", "error_name",
+    ),
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    """The names of ``connection`` and ``transactions`` on first use: ``reading`` and
+    ``partitioner``, which the CDC capture and the processors use, then load no kio."""
+    for module, names in _LAZY.items():
+        if name in names:
+            return getattr(importlib.import_module(module), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = (
     "BrokerConnection",

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from riverbed.protocol import ApiKey
-
 __all__ = (
     "BrokerUnreachableError",
     "ClientError",
@@ -76,6 +74,8 @@ class UnsupportedFilterError(ClientError):
 
 def _api_name(api_key: int) -> str:
     """Kafka's name of an API: ``ListTransactions`` for 66."""
+    from riverbed.protocol import ApiKey  # here: riverbed.protocol loads kio, 0.15 s
+
     try:
         return "".join(word.capitalize() for word in ApiKey(api_key).name.split("_"))
     except ValueError:
