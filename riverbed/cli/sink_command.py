@@ -79,7 +79,9 @@ def add_parser(commands: Any) -> None:
                      "for Kafka's tools (default riverbed-sink-KIND)")  # fmt: skip
     run.add_argument(
         "--max-batch", type=positive_int, metavar="N",
-        help="changes applied in one step at most (default 5000; duckdb: 20000)",
+        help="changes applied in one step at most (default "
+        + "; ".join(f"{kind}: {n}" for kind, n in MAX_BATCH.items())
+        + ")",
     )  # fmt: skip
     run.set_defaults(run=_run)
     sink_verify.add_parser(actions)

@@ -267,7 +267,7 @@ def loads_object(value: bytes | None, what: str) -> dict[str, Any]:
         if value is None:
             raise MessageError(f"a {what} with no value (a tombstone)") from None
         try:
-            document = json.loads(value)  # what orjson refuses: see loads()
+            document = loads(value)  # orjson again, then the json module where it refuses
         except ValueError as e:  # json.JSONDecodeError, UnicodeDecodeError
             raise MessageError(f"a {what} that is not JSON: {e}") from None
     if type(document) is not dict:
