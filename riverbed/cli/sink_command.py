@@ -29,7 +29,7 @@ from riverbed.sinks.redis_store import DEFAULT_URL, RedisStore
 from riverbed.sinks.runner import SinkConfig, SinkCounts, run_sink
 from riverbed.sinks.store import Store
 
-__all__ = ["MAX_BATCH", "add_parser", "sink_config"]
+__all__ = ["DECODERS", "MAX_BATCH", "add_parser", "sink_config"]
 
 say = partial(notice, "riverbed sink")
 KINDS = ("redis", "search", "duckdb")
@@ -37,6 +37,12 @@ MAX_BATCH = {"redis": 5_000, "search": 5_000, "duckdb": 20_000}
 """``--max-batch``'s default per store. DuckDB writes a batch column-wise, one statement and
 one commit (7 ms) whatever its size: 20,000 took 9-23% more rows/s than 5,000 (BENCHMARKS.md).
 Redis runs a batch as one script, which holds its other clients that long."""
+DECODERS = {"redis": 1, "search": 1, "duckdb": 2}
+"""``--decoders``' default per store. DuckDB folds a batch where it is decoded and writes it
+column-wise, so with two decoder processes the sink's own process only writes: 200,000 CDC
+changes on 2 cores went in at 72,000 rows/s with one process, 85,000-138,000 with two
+decoders. Redis and search take the changes themselves, sent from the decoders: Redis gave
+the same with 2 as with 1, search less (BENCHMARKS.md)."""
 _PROGRESS_S = 10.0
 
 
@@ -83,6 +89,13 @@ def add_parser(commands: Any) -> None:
         + "; ".join(f"{kind}: {n}" for kind, n in MAX_BATCH.items())
         + ")",
     )  # fmt: skip
+    run.add_argument(
+        "--decoders", type=positive_int, metavar="N",
+        help="processes that read and decode the topics, each a share of the partitions (at "
+        "most one per partition; 1: the sink's own process; default "
+        + "; ".join(f"{kind}: {n}" for kind, n in DECODERS.items())
+        + ")",
+    )  # fmt: skip
     run.set_defaults(run=_run)
     sink_verify.add_parser(actions)
 
@@ -116,6 +129,7 @@ def sink_config(args: argparse.Namespace) -> SinkConfig:
         from_beginning=args.from_beginning,
         until_caught_up=args.until_caught_up,
         max_batch=args.max_batch or MAX_BATCH[args.kind],
+        decoders=args.decoders or DECODERS[args.kind],
         timeout_s=args.connect_timeout_ms / 1000,
         settings=quiet_settings(),
     )

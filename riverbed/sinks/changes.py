@@ -115,7 +115,7 @@ def _cdc_change(topic: str, key: dict[str, Any], envelope: Mapping[str, Any]) ->
     if op not in ("c", "u", "r") or not isinstance(after, dict):
         raise NotAChangelog(f"{topic}: a change envelope with op {op!r} and no row after it")
     if UNAVAILABLE_VALUE not in after.values():
-        return Change(topic, collection, row_id, after, key, cdc=True)
+        return Change(topic, collection, row_id, after, key, (), False, True)  # positional: fast
     unavailable = tuple(k for k, v in after.items() if v == UNAVAILABLE_VALUE)
     after = {k: v for k, v in after.items() if v != UNAVAILABLE_VALUE}
     return Change(topic, collection, row_id, after, key, unavailable=unavailable, cdc=True)

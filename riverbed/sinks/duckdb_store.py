@@ -13,18 +13,16 @@
   it has (NULL in a new row). A delete or tombstone deletes the key; a truncate deletes every
   row of the table. A delete for a table that does not exist yet does nothing.
 
-Batching: :meth:`DuckDBStore.apply` collapses the batch to the last change per (table, key),
-in Python: a later row replaces an earlier one, taking the earlier one's values for its
-unavailable columns; a row after a delete is a new row (its unavailable columns NULL). So
-each key ends as one delete or one upsert, and their order no longer matters. Per table, the
-values are then checked column by column (a retype where one does not fit: a column's "first
-value" is its first in the collapsed batch), the deletes go as one ``DELETE ... USING`` and
-the upserts (grouped by their set of unavailable columns, almost always one group) as one
-``INSERT ... SELECT ... ON CONFLICT DO UPDATE``, both over an Arrow table. A truncate drops
-what the batch holds for its table and deletes its rows at once; a new column is added at
-once (the rows before it have it NULL). 200,000 upserts of 6 columns in batches of 5,000
-(BIGINT key, text, decimal, timestamp, int, bool) go in at about 150,000 rows/s on 2 cores
-(x86_64, 2026-11; 2/3 Python, 1/3 DuckDB and its commits).
+Batching: a batch is first collapsed to the last change per (table, key) by a
+:class:`~riverbed.sinks.duckdb_staging.DuckDBStager`, which needs no database: the sink runs
+it where it decodes the batch (:meth:`DuckDBStore.stager`, :meth:`DuckDBStore.apply_staged`;
+:meth:`DuckDBStore.apply` does both). Each key ends as one delete or one upsert, and their
+order no longer matters. Per table, a truncate deletes its rows first; a new column is added
+(the rows before it have it NULL); the values are checked column by column (a retype where
+one does not fit: a column's "first value" is its first in the collapsed batch); the deletes
+go as one ``DELETE ... USING`` and the upserts (grouped by their set of unavailable columns,
+almost always one group) as one ``INSERT ... SELECT ... ON CONFLICT DO UPDATE``, both over an
+Arrow table.
 
 The rows and the positions (table :data:`POSITIONS_TABLE`) go in one transaction: ``apply``
 begins it, ``commit`` writes the positions and commits. A crash or :meth:`DuckDBStore.close`
@@ -35,15 +33,23 @@ sink runs, no other process can open it; after, any DuckDB client can query it.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 
-from riverbed.sinks.changes import Change, SinkError, collection_of_topic
+from riverbed.sinks.changes import Change, SinkError
+from riverbed.sinks.duckdb_staging import (
+    POSITIONS_TABLE,
+    DuckDBStager,
+    StagedTable,
+    Upserts,
+    wrong_key,
+)
 from riverbed.sinks.duckdb_types import (
     TIMESTAMP_FORMAT,
     Column,
@@ -52,7 +58,6 @@ from riverbed.sinks.duckdb_types import (
     arrow_array,
     cast_sql,
     decimal_for,
-    hashable,
     id_part,
     infer,
     key_fits,
@@ -62,7 +67,6 @@ from riverbed.sinks.store import Positions, TopicPartition
 
 __all__ = ["POSITIONS_TABLE", "DuckDBStore", "open_read_only"]
 
-POSITIONS_TABLE = "riverbed_sink_positions"
 _REBUILT = "riverbed_sink_rebuilt"
 _STAGED = "riverbed_sink_staged"
 _CONFIG: dict[str, str | bool | int | float | list[str]] = {
@@ -82,18 +86,11 @@ def _reason(error: Exception) -> str:
     return line.split(" See also ")[0]
 
 
-_Upsert = tuple[dict[str, Any], frozenset[str]]
-_NONE: frozenset[str] = frozenset()
-"""A pending row: its values (key columns included) and its unavailable columns."""
-
-
 @dataclass(slots=True)
 class _Table:
     name: str
     key: tuple[str, ...]
     columns: dict[str, Column]
-    pending: dict[tuple[Any, ...], _Upsert | None] = field(default_factory=dict)
-    """Key values (in ``key``'s order) -> the key's last upsert in the batch, or None: delete."""
 
 
 class DuckDBStore:
@@ -110,7 +107,8 @@ class DuckDBStore:
         self._connection: duckdb.DuckDBPyConnection | None = None
         self._tables: dict[str, _Table] = {}  # by lower-case name: DuckDB's names ignore case
         self._in_transaction = False
-        self._names: dict[str, str] = {}  # topic -> table
+        if not read_only:
+            threading.Thread(target=_warm_arrow, name="riverbed-warm-arrow", daemon=True).start()
 
     def open(self) -> None:
         if self._connection is not None:
@@ -143,16 +141,26 @@ class DuckDBStore:
             raise SinkError(f"DuckDB database {self.name}: {_reason(e)}") from None
         return {(topic, partition): offset for topic, partition, offset in found}
 
+    def stager(self) -> DuckDBStager:
+        """A new :class:`~riverbed.sinks.duckdb_staging.DuckDBStager`: it folds a batch
+        where it is decoded, for :meth:`apply_staged`."""
+        return DuckDBStager()
+
     def apply(self, changes: Sequence[Change]) -> None:
+        stager = DuckDBStager()
+        for change in changes:
+            stager.stage(change)
+        self.apply_staged(stager.take())
+
+    def apply_staged(self, staged: list[StagedTable]) -> None:
+        """Apply a batch a :meth:`stager` folded; nothing is visible before :meth:`commit`."""
         connection = self._writable()
         try:
             if not self._in_transaction:
                 connection.begin()
                 self._in_transaction = True
-            for change in changes:
-                self._stage(change)
-            for table in self._tables.values():
-                self._flush(table)
+            for table in staged:
+                self._write(table)
         except (duckdb.Error, pa.ArrowException) as e:
             self._abort()
             raise SinkError(f"DuckDB database {self.name}: {_reason(e)}") from None
@@ -215,96 +223,35 @@ class DuckDBStore:
             result[":".join(id_part(row[name]) for name in key)] = row
         return result
 
-    # -- staging a batch --------------------------------------------------------------------
+    # -- writing a batch --------------------------------------------------------------------
 
-    def _stage(self, change: Change) -> None:
-        """Fold ``change`` into its table's pending batch (module docstring: Batching)."""
-        name = self._names.get(change.topic)
-        if name is None:
-            name = collection_of_topic(change.topic)
-            if name.lower() == POSITIONS_TABLE:
-                raise SinkError(f"{change.topic}: a topic cannot write the table {name}")
-            self._names[change.topic] = name
-        table = self._tables.get(name.lower())
-        row = change.row
-        if change.truncate:
-            if table is not None:
-                table.pending.clear()
-                self._execute(f"DELETE FROM {_quote(table.name)}")
-            return
+    def _write(self, staged: StagedTable) -> None:
+        """Write what a batch does to one table (:class:`StagedTable`): a truncate, a retype
+        where a value does not fit, the deletes, then the upserts, one statement per set of
+        unavailable columns."""
+        table = self._tables.get(staged.name.lower())
+        if staged.truncate and table is not None:
+            self._execute(f"DELETE FROM {_quote(table.name)}")
         if table is None:
-            if row is None:
-                return
-            table = self._create(name, change)
-        key = change.key
-        values_of_key = tuple(key.values()) if tuple(key) == table.key else _reorder(table, change)
-        try:
-            hash(values_of_key)
-        except TypeError:  # an object or array in the key
-            values_of_key = tuple(map(hashable, values_of_key))
-        pending = table.pending
-        if row is None:
-            pending[values_of_key] = None
-            return
-        values = {**row, **key}
-        if not values.keys() <= table.columns.keys():
-            for column, value in values.items():
-                if column not in table.columns:
-                    self._add_column(table, column, infer(value))
-        if not change.unavailable:
-            pending[values_of_key] = (values, _NONE)
-            return
-        unavailable = frozenset(change.unavailable)
-        for column in unavailable - table.columns.keys():
-            self._add_column(table, column, Column(Kind.VARCHAR, untyped=True))
-        if values_of_key in pending:
-            earlier = pending[values_of_key]
-            if earlier is None:  # deleted earlier in the batch: a new row
-                unavailable = _NONE
-            else:
-                previous, previous_unavailable = earlier
-                values |= {c: previous[c] for c in unavailable if c in previous}
-                unavailable &= previous_unavailable
-        pending[values_of_key] = (values, unavailable)
-
-    def _create(self, name: str, change: Change) -> _Table:
-        assert change.row is not None
-        if not change.key:
-            raise SinkError(f"{change.topic}: a row without key fields cannot make table {name}")
-        values = {**change.key, **change.row, **change.key}
-        columns = {column: infer(value) for column, value in values.items()}
-        for column in change.unavailable:
-            columns.setdefault(column, Column(Kind.VARCHAR, untyped=True))
-        key = tuple(change.key)
-        definitions = ", ".join(f"{_quote(c)} {column.sql()}" for c, column in columns.items())
-        primary = ", ".join(map(_quote, key))
-        self._execute(f"CREATE TABLE {_quote(name)} ({definitions}, PRIMARY KEY ({primary}))")
-        table = _Table(name, key, columns)
-        self._tables[name.lower()] = table
-        return table
-
-    def _add_column(self, table: _Table, name: str, column: Column) -> None:
-        self._execute(f"ALTER TABLE {_quote(table.name)} ADD COLUMN {_quote(name)} {column.sql()}")
-        table.columns[name] = column
-
-    # -- writing the batch ------------------------------------------------------------------
-
-    def _flush(self, table: _Table) -> None:
-        """Write ``table``'s pending batch: a retype where a value does not fit, the deletes,
-        then the upserts, one statement per set of unavailable columns."""
-        if not table.pending:
-            return
-        pending, table.pending = table.pending, {}
-        deletes: list[tuple[Any, ...]] = []
-        groups: dict[frozenset[str], list[dict[str, Any]]] = {}
-        for key, upsert in pending.items():
-            if upsert is None:
-                deletes.append(key)
-            else:
-                groups.setdefault(upsert[1], []).append(upsert[0])
-        rows = [row for group in groups.values() for row in group]
+            if not staged.upserts:
+                return  # deletes in a table that does not exist yet
+            table = self._create(staged)
+        deletes = staged.deletes
+        if staged.key and staged.key != table.key:  # () for a truncate alone
+            if set(staged.key) != set(table.key):
+                raise wrong_key(staged.topic, staged.key, table.name, table.key)
+            order = [staged.key.index(k) for k in table.key]
+            deletes = [tuple(key[i] for i in order) for key in deletes]
+        for upserts in staged.upserts:
+            for name, values in zip(upserts.names, upserts.columns, strict=True):
+                if name not in table.columns:
+                    first = next((v for v in values if v is not None), None)
+                    self._add_column(table, name, infer(first))
+            for name in upserts.unavailable - table.columns.keys():
+                self._add_column(table, name, Column(Kind.VARCHAR, untyped=True))
         names = list(table.columns)
-        columns = [[row.get(n) for row in rows] for n in names]
+        rows = sum(len(u.columns[0]) if u.columns else 0 for u in staged.upserts)
+        columns = [_column(staged.upserts, name, rows) for name in names]
         for name, values in zip(names, columns, strict=True):
             if not all_fit(table.columns[name], values):
                 self._settle(table, name, values)
@@ -321,23 +268,49 @@ class DuckDBStore:
                 f"{quoted}.{_quote(k)} = {cast_sql(table.columns[k], f'{_STAGED}._{i}')}"
                 for i, k in enumerate(table.key)
             )
-            staged = self._arrow(table, table.key, [list(c) for c in zip(*deletes, strict=True)])
-            self._run_staged(f"DELETE FROM {quoted} USING {_STAGED} WHERE {where}", staged)
+            arrow = self._arrow(table, table.key, [list(c) for c in zip(*deletes, strict=True)])
+            self._run_staged(f"DELETE FROM {quoted} USING {_STAGED} WHERE {where}", arrow)
         if not rows:
             return
-        staged = self._arrow(table, names, columns)
+        arrow = self._arrow(table, names, columns)
         selected = ", ".join(cast_sql(table.columns[n], f"_{i}") for i, n in enumerate(names))
         insert = (
             f"INSERT INTO {quoted} ({', '.join(map(_quote, names))}) SELECT {selected} "
             f"FROM {_STAGED} ON CONFLICT ({', '.join(map(_quote, table.key))})"
         )
         offset = 0
-        for unavailable, group in groups.items():
-            updated = [n for n in names if n not in table.key and n not in unavailable]
+        for upserts in staged.upserts:
+            count = len(upserts.columns[0]) if upserts.columns else 0
+            updated = [n for n in names if n not in table.key and n not in upserts.unavailable]
             action = ", ".join(f"{_quote(n)} = excluded.{_quote(n)}" for n in updated)
             action = f"DO UPDATE SET {action}" if action else "DO NOTHING"
-            self._run_staged(f"{insert} {action}", staged.slice(offset, len(group)))
-            offset += len(group)
+            self._run_staged(f"{insert} {action}", arrow.slice(offset, count))
+            offset += count
+
+    def _create(self, staged: StagedTable) -> _Table:
+        """The table for ``staged``'s rows: its key's columns, then the others, typed by the
+        first row's values."""
+        if not staged.key:
+            raise SinkError(
+                f"{staged.topic}: a row without key fields cannot make table {staged.name}"
+            )
+        first = staged.upserts[0]
+        values = dict(zip(first.names, (column[0] for column in first.columns), strict=True))
+        columns = {c: infer(values.get(c)) for c in (*staged.key, *values)}
+        for column in first.unavailable:
+            columns.setdefault(column, Column(Kind.VARCHAR, untyped=True))
+        definitions = ", ".join(f"{_quote(c)} {column.sql()}" for c, column in columns.items())
+        primary = ", ".join(map(_quote, staged.key))
+        self._execute(
+            f"CREATE TABLE {_quote(staged.name)} ({definitions}, PRIMARY KEY ({primary}))"
+        )
+        table = _Table(staged.name, staged.key, columns)
+        self._tables[staged.name.lower()] = table
+        return table
+
+    def _add_column(self, table: _Table, name: str, column: Column) -> None:
+        self._execute(f"ALTER TABLE {_quote(table.name)} ADD COLUMN {_quote(name)} {column.sql()}")
+        table.columns[name] = column
 
     def _settle(self, table: _Table, name: str, values: list[Any]) -> None:
         """Retype column ``name`` so that it takes all of ``values``: an untyped column gets
@@ -496,11 +469,25 @@ def open_read_only(path: str | Path) -> DuckDBStore:
     return store
 
 
-def _reorder(table: _Table, change: Change) -> tuple[Any, ...]:
-    """The key's values in the table's key order; a SinkError for another set of fields."""
-    if set(change.key) != set(table.key):
-        raise SinkError(
-            f"{change.topic}: a key with fields ({', '.join(change.key)}) for table "
-            f"{table.name}, whose primary key is ({', '.join(table.key)})"
-        )
-    return tuple(change.key[k] for k in table.key)
+def _warm_arrow() -> None:
+    """pyarrow imports pandas (0.25-0.33 s) at its first array made from Python values: in a
+    thread that a writable store starts when it is made, rather than in the sink's first
+    batch."""
+    pa.array([0])
+
+
+def _column(groups: list[Upserts], name: str, rows: int) -> list[Any]:
+    """Column ``name`` of every group's rows, in order (None where a group has no such
+    column)."""
+    if len(groups) == 1:
+        (group,) = groups
+        if name in group.names:
+            return group.columns[group.names.index(name)]
+        return [None] * rows
+    values: list[Any] = []
+    for group in groups:
+        if name in group.names:
+            values += group.columns[group.names.index(name)]
+        else:
+            values += [None] * len(group.columns[0] if group.columns else ())
+    return values

@@ -49,7 +49,6 @@ __all__ = [
     "decimal_digits",
     "decimal_for",
     "decimal_pattern",
-    "hashable",
     "id_part",
     "infer",
     "is_timestamp",
@@ -128,7 +127,8 @@ def all_fit(column: Column, values: Iterable[Any]) -> bool:
 
 
 def key_fits(column: Column, value: Any) -> bool:
-    """Whether a key value (:func:`hashable`) can be in a primary-key column."""
+    """Whether a key value (:func:`~riverbed.sinks.duckdb_staging.hashable`) can be in a
+    primary-key column."""
     if column.kind is Kind.VARCHAR or (column.kind is Kind.JSON and type(value) is str):
         return value is not None
     return all_fit(column, (value,))
@@ -217,10 +217,6 @@ def kind_of(data_type: str) -> Kind:
         return Kind(data_type)
     except ValueError:
         return Kind.VARCHAR  # not a type this store makes: written as text, cast by DuckDB
-
-
-def hashable(value: Any) -> Any:
-    return orjson.dumps(value).decode() if type(value) is dict or type(value) is list else value
 
 
 def cast_sql(column: Column, expression: str) -> str:

@@ -2,16 +2,17 @@
 
 :func:`run_sink` checks that every input topic exists and is a changelog (compacted:
 ``cleanup.policy`` holds ``compact``, as CDC topics and riverbed changelogs are), then reads
-every partition of them with one consumer (``read_committed``; assigned, not subscribed: a
-store has one writer) from the positions the store holds, or from the beginning where it
-holds none or ``from_beginning`` says so; with ``until_caught_up`` it stops once every
-partition has been applied to its end (for read_committed, the last stable offset). Per
-batch of what the consumer holds (at most ``max_batch`` records): the changes go to
-:meth:`Store.apply` in the log's order, then :meth:`Store.commit` stores them with the new
-positions in one step. Every call to the store is made in a thread of its own, and a batch
-is applied and committed there while the next one is read and decoded. A batch holding a
-record that is not a change is not applied: the runner stops with a
-:class:`~riverbed.sinks.changes.NotAChangelog` naming it.
+every partition of them (:mod:`~riverbed.sinks.decoding`: in this process, or in
+``decoders`` processes that share the partitions) from the positions the store holds, or
+from the beginning where it holds none or ``from_beginning`` says so; with
+``until_caught_up`` it stops once every partition has been applied to its end (for
+read_committed, the last stable offset). Per batch (at most ``max_batch`` records of a
+decoder): the changes go to the store in the log's order (:meth:`Store.apply`, or staged
+where they are decoded: :class:`~riverbed.sinks.store.StagingStore`), then
+:meth:`Store.commit` stores them with the new positions in one step. Every call to the
+store is made in a thread of its own, and a batch is applied and committed there while the
+next one is read and decoded. A batch holding a record that is not a change is not applied:
+the runner stops with a :class:`~riverbed.sinks.changes.NotAChangelog` naming it.
 
 The store's positions are the truth; the runner also commits them to the consumer group
 ``group_id`` (after the store's commit, at most once a second without waiting, and once
@@ -22,51 +23,34 @@ riverbed-sink-redis``).
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    TopicPartition,
-)
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
-from riverbed.client.reading import ready
-from riverbed.sinks.changes import CDC_HEADER, Change, NotAChangelog, SinkError, change_of
-from riverbed.sinks.store import Store
+from riverbed.sinks.changes import NotAChangelog, SinkError
+from riverbed.sinks.decoding import (
+    Batch,
+    Decoder,
+    DecoderProcesses,
+    SinkConfig,
+    consumer_settings,
+    fewer_collections,
+)
+from riverbed.sinks.store import ChangeList, Stager, StagingStore, Store
 
 __all__ = ["SinkConfig", "SinkCounts", "run_sink"]
 
 _LIBRDKAFKA = logging.getLogger("riverbed.sinks.librdkafka")
 T = TypeVar("T")
-_COLLECT_EVERY = 50_000
 _GROUP_COMMIT_S = 1.0
 """How often the positions go to the consumer group too (and once more at the end): at
 2,000 changes/s a commit per batch was some 300 OffsetCommit requests a second."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SinkConfig:
-    bootstrap: str
-    topics: tuple[str, ...]
-    group_id: str
-    from_beginning: bool = False
-    """Start every partition at its beginning, whatever positions the store holds."""
-    until_caught_up: bool = False
-    """Stop once every partition has been applied to its end (for scripts and rebuilds)."""
-    max_batch: int = 5_000
-    timeout_s: float = 30.0
-    settings: dict[str, Any] | None = None
-    """More librdkafka settings (security, ...)."""
 
 
 @dataclass(slots=True)
@@ -88,7 +72,16 @@ def run_sink(
 ) -> SinkCounts:
     """Follow ``config.topics`` into ``store`` until ``stopping()`` (module docstring)."""
     partitions = _changelog_partitions(config)
-    with _Writer(store) as writer:
+    apply: Callable[[Any], None]
+    stager: Stager
+    if isinstance(store, StagingStore):
+        stager, apply = store.stager(), store.apply_staged
+    else:
+        stager, apply = ChangeList(), store.apply
+    decoders = min(config.decoders, len(partitions))
+    with contextlib.ExitStack() as stack:
+        processes = stack.enter_context(DecoderProcesses(decoders)) if decoders > 1 else None
+        writer = stack.enter_context(_Writer(store, apply))
         stored = writer.call(store.positions)
         start = {
             tp: (OFFSET_BEGINNING if config.from_beginning else stored.get(tp, OFFSET_BEGINNING))
@@ -98,49 +91,35 @@ def run_sink(
         say(
             f"following {', '.join(config.topics)} ({len(partitions)} partitions, "
             f"{resumed} from the store's positions, the others from the beginning) "
-            f"into {store.name}"
+            f"into {store.name}" + (f", {decoders} decoder processes" if processes else "")
         )
-        consumer = Consumer(
-            {
-                "bootstrap.servers": config.bootstrap,
-                "group.id": config.group_id,
-                "logger": _LIBRDKAFKA,
-                **(config.settings or {}),
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "enable.partition.eof": True,
-                "isolation.level": "read_committed",
-                # librdkafka stops fetching for fetch.queue.backoff.ms (1 s) whenever its
-                # queue is full, which a sink behind its topics fills again and again; and a
-                # partition's end is known once a fetch at it comes back empty, after
-                # fetch.wait.max.ms (500 ms): 5 ms when that end is where the sink stops.
-                "fetch.queue.backoff.ms": 10,
-                **({"fetch.wait.max.ms": 5} if config.until_caught_up else {}),
-            }
-        )
-        try:
-            consumer.assign([TopicPartition(t, p, offset) for (t, p), offset in start.items()])
-            with _fewer_collections():
-                return _follow(
-                    config, writer, consumer, len(partitions), stopping=stopping,
-                    on_commit=on_commit,
-                )  # fmt: skip
-        finally:
-            consumer.close()
+        source: DecoderProcesses | _InProcess
+        if processes is not None:
+            stack.callback(processes.stop)  # they end while the store closes
+            processes.begin(config, start, stager)
+            source, group = processes, Consumer(consumer_settings(config))
+            stack.callback(group.close)
+        else:
+            decoder = Decoder(config, start, stager)
+            stack.callback(decoder.close)
+            source, group = _InProcess(decoder), decoder.consumer
+        stack.enter_context(fewer_collections())
+        return _follow(config, writer, source, group, stopping=stopping, on_commit=on_commit)
 
 
-@contextlib.contextmanager
-def _fewer_collections() -> Iterator[None]:
-    """Python's cycle collector, while the sink follows, at its first generation every
-    50,000 allocations instead of 700, and its last one rarely: a batch's records, changes
-    and staged rows (some 30,000 objects, none in a cycle) were otherwise scanned again and
-    again, a third of the sink's time (BENCHMARKS.md)."""
-    threshold = gc.get_threshold()
-    gc.set_threshold(_COLLECT_EVERY, 20, 100)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*threshold)
+class _InProcess:
+    """A decoder in the sink's own thread, read as :class:`DecoderProcesses` are."""
+
+    def __init__(self, decoder: Decoder) -> None:
+        self._decoder = decoder
+
+    @property
+    def at_end(self) -> bool:
+        return self._decoder.at_end
+
+    def read(self) -> list[Batch]:
+        batch = self._decoder.read()
+        return [] if batch is None else [batch]
 
 
 class _Writer:
@@ -152,11 +131,12 @@ class _Writer:
     on entering, closed on leaving. (Measured: 3-7% more changes/s into Redis and DuckDB;
     more needs less Python, since the sink's Python keeps the GIL busy in both threads.)"""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, apply: Callable[[Any], None]) -> None:
         self._store = store
+        self._apply = apply
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="riverbed-sink")
         self._pending: Future[None] | None = None
-        self._written: tuple[int, dict[tuple[str, int], int]] | None = None
+        self._written: Batch | None = None
 
     def __enter__(self) -> _Writer:
         try:
@@ -181,39 +161,37 @@ class _Writer:
     def call(self, method: Callable[[], T]) -> T:
         return self._thread.submit(method).result()
 
-    def write(self, changes: list[Change], positions: dict[tuple[str, int], int]) -> None:
+    def write(self, batch: Batch) -> None:
         """Apply and commit a batch in the store's thread, once the batch before it is
         committed; that batch's error, if any, is raised here."""
         self.written()
-        self._pending = self._thread.submit(self._write, changes, positions)
-        self._written = (len(changes), positions)
+        self._pending = self._thread.submit(self._write, batch)
+        self._written = batch
 
-    def written(self) -> tuple[int, dict[tuple[str, int], int]] | None:
-        """The size and positions of the batch handed over last, once it is committed (None
-        if there is none): its error, if it failed."""
+    def written(self) -> Batch | None:
+        """The batch handed over last, once it is committed (None if there is none): its
+        error, if it failed."""
         pending, self._pending = self._pending, None
         if pending is None:
             return None
         pending.result()
         return self._written
 
-    def _write(self, changes: list[Change], positions: dict[tuple[str, int], int]) -> None:
-        self._store.apply(changes)
-        self._store.commit(positions)
+    def _write(self, batch: Batch) -> None:
+        self._apply(batch.staged)
+        self._store.commit(batch.positions)
 
 
 def _follow(
     config: SinkConfig,
     writer: _Writer,
-    consumer: Consumer,
-    partitions: int,
+    source: DecoderProcesses | _InProcess,
+    group: Consumer,
     *,
     stopping: Callable[[], bool],
     on_commit: Callable[[SinkCounts], None] | None,
 ) -> SinkCounts:
     counts = SinkCounts()
-    cdc_topics: set[str] = set()
-    at_end: set[tuple[str, int]] = set()
     uncommitted: dict[tuple[str, int], int] = {}  # positions the group has not been told yet
     told_at = time.monotonic()
 
@@ -224,57 +202,28 @@ def _follow(
         done = writer.written()
         if done is None:
             return
-        counts.changes += done[0]
+        counts.changes += done.records
         counts.batches += 1
-        uncommitted.update(done[1])
+        uncommitted.update(done.positions)
         if time.monotonic() - told_at >= _GROUP_COMMIT_S:
-            _commit_to_group(consumer, uncommitted, asynchronous=True)
+            _commit_to_group(group, uncommitted, asynchronous=True)
             uncommitted, told_at = {}, time.monotonic()
         if on_commit is not None:
             on_commit(counts)
 
     while not stopping():
-        if config.until_caught_up and len(at_end) == partitions:
+        if config.until_caught_up and source.at_end:
             break
-        messages = ready(consumer, config.max_batch, 0.2)
-        changes: list[Change] = []
-        positions: dict[tuple[str, int], int] = {}
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(_where(message)[:2])
-                elif error.fatal():
-                    raise SinkError(f"the consumer failed: {error.str()}")
-                continue  # transient (a broker restarting): librdkafka retries
-            topic, partition, offset = _where(message)
-            at_end.discard((topic, partition))
-            cdc = topic in cdc_topics or _has_cdc_header(message)
-            change = change_of(topic, message.key(), message.value(), cdc=cdc)
-            if change.cdc:
-                cdc_topics.add(topic)
-            changes.append(change)
-            positions[(topic, partition)] = offset + 1
-        if positions:
+        batches = source.read()
+        for batch in batches:
             committed()  # the batch before (the store's thread may still be at it)
-            writer.write(changes, positions)
-        elif not messages:
+            writer.write(batch)
+        if not batches:
             committed()  # nothing more to read for now: the last batch is done
     committed()
     if uncommitted:
-        _commit_to_group(consumer, uncommitted, asynchronous=False)
+        _commit_to_group(group, uncommitted, asynchronous=False)
     return counts
-
-
-def _where(message: Message) -> tuple[str, int, int]:
-    topic, partition, offset = message.topic(), message.partition(), message.offset()
-    assert topic is not None and partition is not None and offset is not None
-    return topic, partition, offset
-
-
-def _has_cdc_header(message: Message) -> bool:
-    headers = message.headers()
-    return headers is not None and any(header[0] == CDC_HEADER for header in headers)
 
 
 def _commit_to_group(

@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from riverbed.cli.main import build_parser
 from riverbed.cli.sink_command import sink_config
-from riverbed.sinks import runner
+from riverbed.sinks import decoding
 from riverbed.sinks.changes import Change, SinkError, change_of
 from riverbed.sinks.runner import SinkConfig, run_sink
 from riverbed.sinks.store import Positions, TopicPartition
@@ -99,7 +99,7 @@ def test_the_store_is_driven_from_a_thread_of_its_own_while_the_next_batch_is_re
         decoded.append(time.monotonic())
         return change_of(*args, **kwargs)
 
-    monkeypatch.setattr("riverbed.sinks.runner.change_of", timed_change_of)
+    monkeypatch.setattr("riverbed.sinks.decoding.change_of", timed_change_of)
     before = gc.get_threshold()
     store = Recording(apply_s=0.05)
     counts = follow(bootstrap, store)
@@ -111,7 +111,7 @@ def test_the_store_is_driven_from_a_thread_of_its_own_while_the_next_batch_is_re
     # Records were decoded while an earlier batch was being applied.
     assert any(start < t < end for start, end in store.applying for t in decoded)
     # The collector was held back while the sink followed, and is as it was after.
-    assert store.thresholds == {(runner._COLLECT_EVERY, 20, 100)}
+    assert store.thresholds == {(decoding.COLLECT_EVERY, 20, 100)}
     assert gc.get_threshold() == before
 
 

@@ -1,10 +1,10 @@
 """``riverbed sink run`` following a CDC topic, end to end: real PostgreSQL, capture, broker,
-Redis, Tantivy and DuckDB; the three sinks killed with -9 again and again while the workload
-runs (inserts, updates, key changes, TOASTed values left unchanged, deletes, a column
-added); ``riverbed sink verify`` says the cache agrees while the writes go on, and then
-that every store agrees, and says so no longer when the
-cache is tampered with; stores emptied and rebuilt with ``--from-beginning`` agree again.
-Bad input: one line, exit 1."""
+Redis, Tantivy and DuckDB; the three sinks (DuckDB's with its two decoder processes, the
+topic having 3 partitions) killed with -9 again and again while the workload runs (inserts,
+updates, key changes, TOASTed values left unchanged, deletes, a column added); ``riverbed
+sink verify`` says the cache agrees while the writes go on, and then that every store
+agrees, and says so no longer when the cache is tampered with; stores emptied and rebuilt
+with ``--from-beginning`` agree again. Bad input: one line, exit 1."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_the_stores_follow_cdc_through_kill_9_and_verify_agrees(
         create_products(dsn, 200, seed=1)
         capture = Capture.start(
             tmp_path, "--dsn", dsn, "--bootstrap", bootstrap, "--prefix", "shop",
-            "--tables", "public.products", "--heartbeat-ms", "200",
+            "--tables", "public.products", "--heartbeat-ms", "200", "--partitions", "3",
         )  # fmt: skip
         try:
             capture.wait_for("streaming from slot")
@@ -58,6 +58,7 @@ def test_the_stores_follow_cdc_through_kill_9_and_verify_agrees(
                 try:
                     for sink in sinks:
                         sink.wait_for("following")
+                    assert "2 decoder processes" in sinks[2].log()
                     time.sleep(rng.uniform(0.3, 1.2))
                 finally:
                     for sink in sinks:
