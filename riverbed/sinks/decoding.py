@@ -370,6 +370,9 @@ def _has_cdc_header(message: Message) -> bool:
 def main(argv: list[str]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Log lines (librdkafka's) are dropped, as the sink's tools drop theirs: what stops a
+    # decoder goes to the sink as its error.
+    logging.getLogger().addHandler(logging.NullHandler())
     gone = contextlib.suppress(EOFError, BrokenPipeError, ConnectionResetError)  # the sink
     with Connection(int(argv[0])) as connection, gone, fewer_collections():
         _child(connection)

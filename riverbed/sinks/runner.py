@@ -88,10 +88,11 @@ def run_sink(
             for tp in partitions
         }
         resumed = sum(1 for offset in start.values() if offset != OFFSET_BEGINNING)
+        decoding = f", {decoders} decoder processes" if processes is not None else ""
         say(
             f"following {', '.join(config.topics)} ({len(partitions)} partitions, "
             f"{resumed} from the store's positions, the others from the beginning) "
-            f"into {store.name}" + (f", {decoders} decoder processes" if processes else "")
+            f"into {store.name}{decoding}"
         )
         source: DecoderProcesses | _InProcess
         if processes is not None:

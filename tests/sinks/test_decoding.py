@@ -1,8 +1,9 @@
 """The sink reading and decoding in processes of its own (``decoders`` > 1): every change
-applied once whichever store (one that stages where the batch is decoded, DuckDB, and one
-that takes the changes, which get sent), a record that is not a change refused from a
-decoder as in the sink's own process, a decoder killed with -9 stopping the sink with one
-clear line, and the decoders ending with a sink killed with -9."""
+applied once, in order per key, and the positions told to the group, whichever store (one
+that stages where the batch is decoded, DuckDB, and one that takes the changes, which get
+sent); a record that is not a change refused from a decoder as in the sink's own process; a
+decoder killed with -9 stopping the sink with one clear line; the decoders ending with a
+sink killed with -9."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 import orjson
 import psutil
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from riverbed.sinks.changes import NotAChangelog, SinkError
@@ -106,6 +107,14 @@ def test_decoder_processes_give_a_store_every_change_once(
     assert store.committed == ends
     assert len(store.threads) == 1 and threading.get_ident() not in store.threads
     assert store.closed and not decoders_running()
+    # The sink's process told the group too, for Kafka's tools.
+    group = Consumer({"bootstrap.servers": module_broker.bootstrap, "group.id": "g"})
+    try:
+        partitions = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+        told = group.committed(partitions, timeout=30)
+    finally:
+        group.close()
+    assert {(tp.topic, tp.partition): tp.offset for tp in told} == ends
 
 
 def records_per_partition() -> list[int]:

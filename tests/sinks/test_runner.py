@@ -1,8 +1,8 @@
 """The sink runner in this process, with a store that records what it is asked: every call
 made from one thread of the store's own, a batch applied while the next one is read and
 decoded, the cycle collector held back while it follows (and put back after), and a
-store's failure stopping the sink with the store closed; ``sink run``'s batch size per
-store."""
+store's failure stopping the sink with the store closed; ``sink run``'s batch size and
+decoder processes per store."""
 
 from __future__ import annotations
 
@@ -126,17 +126,19 @@ def test_a_store_that_fails_stops_the_sink_with_its_error_and_is_closed(bootstra
 
 
 @pytest.mark.parametrize(
-    ("arguments", "max_batch"),
+    ("arguments", "max_batch", "decoders"),
     [
-        (["redis"], 5_000),
-        (["search", "--index", "i"], 5_000),
-        (["duckdb", "--database", "d"], 20_000),
-        (["duckdb", "--database", "d", "--max-batch", "7"], 7),
+        (["redis"], 5_000, 1),
+        (["search", "--index", "i"], 5_000, 1),
+        (["duckdb", "--database", "d"], 20_000, 2),
+        (["duckdb", "--database", "d", "--max-batch", "7", "--decoders", "3"], 7, 3),
+        (["redis", "--decoders", "2"], 5_000, 2),
     ],
 )
-def test_a_batch_is_at_most_the_stores_default_or_max_batch(
-    arguments: list[str], max_batch: int
+def test_sink_run_takes_each_stores_default_batch_and_decoders_unless_told(
+    arguments: list[str], max_batch: int, decoders: int
 ) -> None:
     args = build_parser().parse_args(["sink", "run", *arguments, "--topics", "a, b"])
     config = sink_config(args)
     assert config.max_batch == max_batch and config.topics == ("a", "b")
+    assert config.decoders == decoders
