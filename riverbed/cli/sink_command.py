@@ -40,7 +40,7 @@ Redis runs a batch as one script, which holds its other clients that long."""
 DECODERS = {"redis": 1, "search": 1, "duckdb": 2}
 """``--decoders``' default per store. DuckDB folds a batch where it is decoded and writes it
 column-wise, so with two decoder processes the sink's own process only writes: 200,000 CDC
-changes on 2 cores went in at 72,000 rows/s with one process, 85,000-138,000 with two
+changes on 2 cores went in at 83,000-86,000 rows/s in one process, 126,000-135,000 with two
 decoders. Redis and search take the changes themselves, sent from the decoders: Redis gave
 the same with 2 as with 1, search less (BENCHMARKS.md)."""
 _PROGRESS_S = 10.0
