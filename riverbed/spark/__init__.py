@@ -79,6 +79,12 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(RiverbedDataSource)
 
 
+def _on_loopback(master: str) -> bool:
+    """``spark://127.0.0.1:7077``, ``spark://localhost:7077``: a cluster on this machine."""
+    host = master.partition("://")[2].rpartition(":")[0]
+    return host in ("127.0.0.1", "localhost", "[::1]")
+
+
 def session(
     app_name: str = "riverbed",
     *,
@@ -97,8 +103,9 @@ def session(
     - UTC session time zone (event time in riverbed is epoch milliseconds, UTC);
     - Python workers run this interpreter (``sys.executable``, so the virtualenv with
       riverbed in it) unless ``PYSPARK_PYTHON`` says otherwise; Spark's own default is
-      ``python3`` on the PATH, which cannot import riverbed; a local master binds to
-      127.0.0.1 unless ``SPARK_LOCAL_IP`` says otherwise;
+      ``python3`` on the PATH, which cannot import riverbed; with a local master, or a
+      cluster's on loopback (``spark://127.0.0.1:7077``), the driver binds to 127.0.0.1
+      unless ``SPARK_LOCAL_IP`` says otherwise;
     - Arrow for pandas conversions, and the log level ``log_level``;
     - no start-up noise: the driver's log4j configuration is riverbed's
       (``spark.driver.extraJavaOptions``, :mod:`riverbed.spark.jvm`), and the JVM's output
@@ -112,7 +119,7 @@ def session(
     """
     cores = os.cpu_count() or 2
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # read when the JVM starts
-    if master is None or master.startswith("local"):
+    if master is None or master.startswith("local") or _on_loopback(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "resolves to loopback" warning
     settings = {
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,

@@ -20,7 +20,9 @@ TRIGGER_MS = 300  # short micro-batches: the tests wait for a few of them
 @dataclass
 class PipelineProcess(ChildProcess):
     @classmethod
-    def start(cls, tmp_path: Path, name: str, bootstrap: str, checkpoint: Path) -> PipelineProcess:
+    def start(
+        cls, tmp_path: Path, name: str, bootstrap: str, checkpoint: Path, master: str = "local[2]"
+    ) -> PipelineProcess:
         child = ChildProcess.spawn(
             tmp_path / f"{name}-{time.monotonic_ns()}.log",
             "pipeline",
@@ -33,7 +35,7 @@ class PipelineProcess(ChildProcess):
             "--trigger-ms",
             str(TRIGGER_MS),
             "--master",
-            "local[2]",
+            master,
         )
         return cls(child.process, child.log_path)
 
