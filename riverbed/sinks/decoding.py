@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, Pipe, wait
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from riverbed.client.reading import ready
 from riverbed.sinks.changes import CDC_HEADER, NotAChangelog, SinkError, change_of
@@ -40,6 +40,7 @@ __all__ = [
     "SinkConfig",
     "consumer_settings",
     "fewer_collections",
+    "kafka_text",
     "share",
 ]
 
@@ -128,6 +129,9 @@ class Decoder:
             for topic in {topic for topic, _ in start}:
                 self.consumer.list_topics(topic, timeout=config.timeout_s)
             self.consumer.assign([TopicPartition(t, p, o) for (t, p), o in start.items()])
+        except KafkaException as e:
+            self.consumer.close()
+            raise SinkError(f"no broker at {config.bootstrap}: {kafka_text(e)}") from None
         except BaseException:
             self.consumer.close()
             raise
@@ -354,6 +358,12 @@ def _child(connection: Connection) -> None:
                 connection.send(("at-end", said_at_end))
     finally:
         decoder.close()
+
+
+def kafka_text(error: KafkaException) -> str:
+    """librdkafka's words for ``error``."""
+    first = error.args[0] if error.args else error
+    return first.str() if isinstance(first, KafkaError) else str(first)
 
 
 def _where(message: Message) -> tuple[str, int, int]:

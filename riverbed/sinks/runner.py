@@ -30,7 +30,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
 from riverbed.sinks.changes import NotAChangelog, SinkError
@@ -41,6 +41,7 @@ from riverbed.sinks.decoding import (
     SinkConfig,
     consumer_settings,
     fewer_collections,
+    kafka_text,
 )
 from riverbed.sinks.store import ChangeList, Stager, StagingStore, Store
 
@@ -246,7 +247,7 @@ def _changelog_partitions(config: SinkConfig) -> list[tuple[str, int]]:
     try:
         metadata = admin.list_topics(timeout=config.timeout_s)
     except KafkaException as e:
-        raise SinkError(f"no broker at {config.bootstrap}: {_kafka_text(e)}") from None
+        raise SinkError(f"no broker at {config.bootstrap}: {kafka_text(e)}") from None
     partitions: list[tuple[str, int]] = []
     for topic in config.topics:
         found = metadata.topics.get(topic)
@@ -259,7 +260,7 @@ def _changelog_partitions(config: SinkConfig) -> list[tuple[str, int]]:
             entries = future.result(config.timeout_s)
         except KafkaException as e:
             raise SinkError(
-                f"cannot read the configs of {resource.name}: {_kafka_text(e)}"
+                f"cannot read the configs of {resource.name}: {kafka_text(e)}"
             ) from None
         policy = entries["cleanup.policy"].value if "cleanup.policy" in entries else "delete"
         if "compact" not in (policy or "").split(","):
@@ -268,8 +269,3 @@ def _changelog_partitions(config: SinkConfig) -> list[tuple[str, int]]:
                 "follows compacted topics, such as CDC topics and riverbed's changelogs"
             )
     return partitions
-
-
-def _kafka_text(error: KafkaException) -> str:
-    first = error.args[0] if error.args else error
-    return first.str() if isinstance(first, KafkaError) else str(first)

@@ -20,9 +20,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from riverbed.sinks.changes import NotAChangelog, SinkError
-from riverbed.sinks.decoding import share
+from riverbed.sinks.decoding import Decoder, share
 from riverbed.sinks.duckdb_store import DuckDBStore
 from riverbed.sinks.runner import SinkConfig, run_sink
+from riverbed.sinks.store import ChangeList
 from tests.sinks.test_runner import Recording
 from tests.support.brokers import BrokerProcess, start_broker_process
 from tests.support.cli import ChildProcess
@@ -80,6 +81,13 @@ def test_the_partitions_are_shared_round_robin_none_left_empty() -> None:
     ]
     assert share(start, 9) == [{("t", p): 10 * p} for p in range(5)]
     assert share({("t", 0): 0}, 3) == [{("t", 0): 0}]
+
+
+def test_a_decoder_without_a_broker_is_one_line() -> None:
+    unreachable = SinkConfig(bootstrap="127.0.0.1:1", topics=(TOPIC,), group_id="g",
+                             timeout_s=1)  # fmt: skip
+    with pytest.raises(SinkError, match=r"^no broker at 127\.0\.0\.1:1: "):
+        Decoder(unreachable, {(TOPIC, 0): 0}, ChangeList())
 
 
 def test_decoder_processes_give_a_store_every_change_once(
