@@ -52,6 +52,10 @@ class Upserts:
     names: list[str]
     columns: list[list[Any]]
 
+    @property
+    def rows(self) -> int:
+        return len(self.columns[0]) if self.columns else 0
+
 
 @dataclass(slots=True)
 class StagedTable:

@@ -147,7 +147,7 @@ class DuckDBStore:
         return DuckDBStager()
 
     def apply(self, changes: Sequence[Change]) -> None:
-        stager = DuckDBStager()
+        stager = self.stager()
         for change in changes:
             stager.stage(change)
         self.apply_staged(stager.take())
@@ -250,8 +250,8 @@ class DuckDBStore:
             for name in upserts.unavailable - table.columns.keys():
                 self._add_column(table, name, Column(Kind.VARCHAR, untyped=True))
         names = list(table.columns)
-        rows = sum(len(u.columns[0]) if u.columns else 0 for u in staged.upserts)
-        columns = [_column(staged.upserts, name, rows) for name in names]
+        rows = sum(upserts.rows for upserts in staged.upserts)
+        columns = [_column(staged.upserts, name) for name in names]
         for name, values in zip(names, columns, strict=True):
             if not all_fit(table.columns[name], values):
                 self._settle(table, name, values)
@@ -280,12 +280,11 @@ class DuckDBStore:
         )
         offset = 0
         for upserts in staged.upserts:
-            count = len(upserts.columns[0]) if upserts.columns else 0
             updated = [n for n in names if n not in table.key and n not in upserts.unavailable]
             action = ", ".join(f"{_quote(n)} = excluded.{_quote(n)}" for n in updated)
             action = f"DO UPDATE SET {action}" if action else "DO NOTHING"
-            self._run_staged(f"{insert} {action}", arrow.slice(offset, count))
-            offset += count
+            self._run_staged(f"{insert} {action}", arrow.slice(offset, upserts.rows))
+            offset += upserts.rows
 
     def _create(self, staged: StagedTable) -> _Table:
         """The table for ``staged``'s rows: its key's columns, then the others, typed by the
@@ -476,18 +475,13 @@ def _warm_arrow() -> None:
     pa.array([0])
 
 
-def _column(groups: list[Upserts], name: str, rows: int) -> list[Any]:
+def _column(groups: list[Upserts], name: str) -> list[Any]:
     """Column ``name`` of every group's rows, in order (None where a group has no such
     column)."""
-    if len(groups) == 1:
-        (group,) = groups
-        if name in group.names:
-            return group.columns[group.names.index(name)]
-        return [None] * rows
     values: list[Any] = []
     for group in groups:
         if name in group.names:
             values += group.columns[group.names.index(name)]
         else:
-            values += [None] * len(group.columns[0] if group.columns else ())
+            values += [None] * group.rows
     return values
