@@ -43,7 +43,6 @@ def _daemon(directory: Path, name: str, *arguments: str) -> ChildProcess:
 class SparkCluster:
     """A master and ``workers`` workers of one core each."""
 
-    directory: Path
     url: str
     master: ChildProcess
     workers: list[ChildProcess] = field(default_factory=list)
@@ -56,7 +55,7 @@ class SparkCluster:
             directory, "master", "org.apache.spark.deploy.master.Master",
             "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(free_port()),
         )  # fmt: skip
-        cluster = cls(directory, f"spark://127.0.0.1:{port}", master)
+        cluster = cls(f"spark://127.0.0.1:{port}", master)
         try:
             master.wait_for(r"I have been elected leader")
             for n in range(workers):
