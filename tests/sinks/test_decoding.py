@@ -24,9 +24,9 @@ from riverbed.sinks.decoding import Decoder, share
 from riverbed.sinks.duckdb_store import DuckDBStore
 from riverbed.sinks.runner import SinkConfig, run_sink
 from riverbed.sinks.store import ChangeList
-from tests.sinks.test_runner import Recording
 from tests.support.brokers import BrokerProcess, start_broker_process
 from tests.support.cli import ChildProcess
+from tests.support.sinks import Recording
 
 TOPIC = "shop.totals"
 PARTITIONS = 3

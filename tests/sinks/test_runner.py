@@ -9,7 +9,6 @@ from __future__ import annotations
 import gc
 import threading
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -22,53 +21,11 @@ from riverbed.cli.sink_command import sink_config
 from riverbed.sinks import decoding
 from riverbed.sinks.changes import Change, SinkError, change_of
 from riverbed.sinks.runner import SinkConfig, run_sink
-from riverbed.sinks.store import Positions, TopicPartition
 from tests.support.brokers import BrokerProcess
+from tests.support.sinks import Recording
 
 TOPIC = "totals"
 RECORDS = 60
-
-
-class Recording:
-    """A store that keeps what it is given, slowly (``apply`` takes ``apply_s``)."""
-
-    name = "recording"
-
-    def __init__(self, *, apply_s: float = 0.0, fail_at_batch: int | None = None) -> None:
-        self.apply_s, self.fail_at_batch = apply_s, fail_at_batch
-        self.threads: set[int] = set()
-        self.applied: list[Change] = []
-        self.sizes: list[int] = []
-        self.committed: dict[TopicPartition, int] = {}
-        self.applying: list[tuple[float, float]] = []  # each apply's start and end
-        self.thresholds: set[tuple[int, int, int]] = set()
-        self.closed = False
-
-    def open(self) -> None:
-        self.threads.add(threading.get_ident())
-
-    def positions(self) -> dict[TopicPartition, int]:
-        self.threads.add(threading.get_ident())
-        return dict(self.committed)
-
-    def apply(self, changes: Sequence[Change]) -> None:
-        self.threads.add(threading.get_ident())
-        self.thresholds.add(gc.get_threshold())
-        started = time.monotonic()
-        time.sleep(self.apply_s)
-        self.applied += changes
-        self.sizes.append(len(changes))
-        self.applying.append((started, time.monotonic()))
-
-    def commit(self, positions: Positions) -> None:
-        self.threads.add(threading.get_ident())
-        if self.fail_at_batch == len(self.applying):
-            raise SinkError("the store is full")
-        self.committed.update(positions)
-
-    def close(self) -> None:
-        self.threads.add(threading.get_ident())
-        self.closed = True
 
 
 @pytest.fixture

@@ -1,22 +1,24 @@
 """What the sink tests share: a products table under a random OLTP workload (inserts,
 updates, key changes, TOASTed values left unchanged, deletes, a column added midway), and
-``riverbed sink run`` / ``riverbed sink verify`` as child processes."""
+``riverbed sink run`` / ``riverbed sink verify`` as child processes; a store that records
+what the runner asks of it (:class:`Recording`)."""
 
 from __future__ import annotations
 
+import gc
 import random
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
 import psycopg2
 
-from riverbed.sinks.changes import Change, change_of
-from riverbed.sinks.store import Store
+from riverbed.sinks.changes import Change, SinkError, change_of
+from riverbed.sinks.store import Positions, Store, TopicPartition
 from tests.support.cli import ChildProcess, run_riverbed
 
 PRODUCTS = "shop.public.products"
@@ -167,3 +169,45 @@ def verify(dsn: str, *stores: str, timeout_s: int = 60) -> subprocess.CompletedP
         "sink", "verify", "--dsn", dsn, "--tables", "public.products", *stores,
         "--timeout-s", str(timeout_s), timeout_s=timeout_s + 60,
     )  # fmt: skip
+
+
+class Recording:
+    """A store that keeps what it is given, slowly (``apply`` takes ``apply_s``)."""
+
+    name = "recording"
+
+    def __init__(self, *, apply_s: float = 0.0, fail_at_batch: int | None = None) -> None:
+        self.apply_s, self.fail_at_batch = apply_s, fail_at_batch
+        self.threads: set[int] = set()
+        self.applied: list[Change] = []
+        self.sizes: list[int] = []
+        self.committed: dict[TopicPartition, int] = {}
+        self.applying: list[tuple[float, float]] = []  # each apply's start and end
+        self.thresholds: set[tuple[int, int, int]] = set()
+        self.closed = False
+
+    def open(self) -> None:
+        self.threads.add(threading.get_ident())
+
+    def positions(self) -> dict[TopicPartition, int]:
+        self.threads.add(threading.get_ident())
+        return dict(self.committed)
+
+    def apply(self, changes: Sequence[Change]) -> None:
+        self.threads.add(threading.get_ident())
+        self.thresholds.add(gc.get_threshold())
+        started = time.monotonic()
+        time.sleep(self.apply_s)
+        self.applied += changes
+        self.sizes.append(len(changes))
+        self.applying.append((started, time.monotonic()))
+
+    def commit(self, positions: Positions) -> None:
+        self.threads.add(threading.get_ident())
+        if self.fail_at_batch == len(self.applying):
+            raise SinkError("the store is full")
+        self.committed.update(positions)
+
+    def close(self) -> None:
+        self.threads.add(threading.get_ident())
+        self.closed = True
