@@ -396,6 +396,19 @@ def latency(spark: SparkSession, root: Path, args: argparse.Namespace) -> None:
     by_window: dict[int, list[int]] = {}
     for received_ms, window_end, _ in tail.results:
         by_window.setdefault(window_end, []).append(received_ms)
+    warm = batches[len(batches) // 10 :]  # the first batches start Spark's Python workers
+    closers = {pair[1]["batchId"] for end in by_window if (pair := closing(batches, end))}
+    for name, group in (
+        ("other batches", [b for b in warm if b["batchId"] not in closers]),
+        ("closing batches", [b for b in warm if b["batchId"] in closers]),
+    ):
+        if not group:
+            continue
+        keys = sorted(group[0]["durationMs"], key=lambda k: -group[0]["durationMs"][k])
+        parts = ", ".join(
+            f"{k} {statistics.median(b['durationMs'].get(k, 0) for b in group):,.0f}" for k in keys
+        )
+        print(f"  {name} ({len(group)}), median durationMs: {parts}", flush=True)
     if not by_window:
         raise SystemExit("no window closed: run longer (--latency-seconds)")
     complete_after = []
@@ -410,19 +423,6 @@ def latency(spark: SparkSession, root: Path, args: argparse.Namespace) -> None:
             flush=True,
         )
     rows_after = [r - (w + WATERMARK_DELAY_MS) for r, w, _ in tail.results]
-    warm = batches[len(batches) // 10 :]  # the first batches start Spark's Python workers
-    closers = {pair[1]["batchId"] for end in by_window if (pair := closing(batches, end))}
-    for name, group in (
-        ("other batches", [b for b in warm if b["batchId"] not in closers]),
-        ("closing batches", [b for b in warm if b["batchId"] in closers]),
-    ):
-        if not group:
-            continue
-        keys = sorted(group[0]["durationMs"], key=lambda k: -group[0]["durationMs"][k])
-        parts = ", ".join(
-            f"{k} {statistics.median(b['durationMs'].get(k, 0) for b in group):,.0f}" for k in keys
-        )
-        print(f"  {name} ({len(group)}), median durationMs: {parts}", flush=True)
     target_ms = 2 * args.trigger_ms
     print(
         f"latency after the watermark could pass the window's end ({len(by_window)} windows, "

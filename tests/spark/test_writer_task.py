@@ -131,3 +131,16 @@ def test_an_empty_task_writes_nothing_and_records_no_progress(plan: SinkPlan) ->
     assert (outcome.state, outcome.rows) == (TaskState.EMPTY, 0)
     assert committed_progress(plan, sink_id("q", 0)) is None
     assert _write(plan, task, "a").state is TaskState.WRITTEN
+
+
+def test_the_task_clients_reconnect_after_10_ms_unless_the_options_say_otherwise() -> None:
+    """Each task starts new clients; librdkafka's 100 ms default made each wait about 50 ms
+    before it connected to the broker it learned (sink.config.RECONNECT_BACKOFF_MS)."""
+    default = SinkPlan.build({"kafka.bootstrap.servers": "b:9092", "topic": TOPIC}, SCHEMA)
+    chosen = SinkPlan.build(
+        {"kafka.bootstrap.servers": "b:9092", "kafka.reconnect.backoff.ms": "250", "topic": TOPIC},
+        SCHEMA,
+    )
+    assert default.producer["reconnect.backoff.ms"] == "10"
+    assert default.client_settings()["reconnect.backoff.ms"] == "10"
+    assert chosen.client_settings()["reconnect.backoff.ms"] == "250"

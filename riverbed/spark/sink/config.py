@@ -56,6 +56,13 @@ A task's whole partition is one transaction, and librdkafka's own default (60 s)
 task that needs longer fail on every retry. The cost: a transaction left open by a crashed
 task that is never retried holds back read_committed readers until the broker aborts it."""
 
+RECONNECT_BACKOFF_MS = "10"
+"""The clients' ``reconnect.backoff.ms`` unless ``kafka.reconnect.backoff.ms`` is given.
+Every write task starts new clients, and librdkafka connects to the first broker it learns
+from the bootstrap servers only ``reconnect.backoff.ms / 2`` after its first connection (at
+least 11 ms): with librdkafka's default (100 ms), the task's ``init_transactions`` and its
+progress read each waited about 50 ms for that, on a broker answering in 1 ms."""
+
 REFUSED_KAFKA_OPTIONS = {
     "transactional.id": "the sink gives every write task its own transactional id",
     "key.serializer": "keys are serialized with ByteArraySerializer.",
@@ -187,6 +194,7 @@ def producer_settings(options: Mapping[str, str]) -> dict[str, str]:
         if name in settings:
             raise SinkOptionError(f"Kafka option '{name}' is not supported as {reason}")
     settings.setdefault("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)
+    settings.setdefault("reconnect.backoff.ms", RECONNECT_BACKOFF_MS)
     return settings
 
 
