@@ -69,10 +69,14 @@ from pyspark.sql import SparkSession
 
 import riverbed.spark
 from riverbed.pipelines.shop import PIPELINES
-from riverbed.testing.references import page_views_per_minute
+from riverbed.testing.references import page_views_per_minute, user_sessions
 from riverbed.testing.topic_reader import read_to_end
 
 PIPELINE = PIPELINES["page_views_per_minute"]
+SESSIONS = PIPELINES["user_sessions"]
+SESSION_GAP_MS = 30 * 60_000  # user_sessions.GAP_MS
+SESSION_USERS = 100_000
+SESSION_SPAN_MS = 3 * 3_600_000
 INPUT, OUTPUT, LATE = "page_views", "page_views_per_minute", "late_events"
 PARTITIONS = 4
 PAGES = 50
@@ -92,6 +96,7 @@ QUICK = {
     "warmup": 0,
     "max_offsets": 50_000,
     "latency_seconds": 200.0,
+    "session_events": 100_000,
 }
 """A smoke run: the latency run must last over 3 minutes for one window to close."""
 
@@ -139,6 +144,21 @@ def page_view(event_id: str, user: int, page: int, ts_ms: int) -> bytes:
     ).encode()
 
 
+def produce_page_views(
+    bootstrap: str, ts: np.ndarray, pages: np.ndarray, users: np.ndarray
+) -> None:
+    """Page view i (event id ``e{i}``) to partition i mod PARTITIONS of ``page_views``."""
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_SETTINGS})
+    produce = producer.produce
+    rows = zip(ts.tolist(), pages.tolist(), users.tolist(), strict=True)
+    for i, (t, p, u) in enumerate(rows):
+        produce(INPUT, page_view(f"e{i}", u, p, t), key=b"u%d" % u, partition=i % PARTITIONS)
+        if i % 100_000 == 0:
+            producer.poll(0)
+    if producer.flush(300) != 0:
+        raise SystemExit("page views not delivered")
+
+
 def fill(bootstrap: str, events: int, seed: int = 8) -> Workload:
     """Produce the throughput run's page views (module docstring); returns what they are."""
     rng = np.random.default_rng(seed)
@@ -148,14 +168,7 @@ def fill(bootstrap: str, events: int, seed: int = 8) -> Workload:
     ts[STRAGGLER_EVERY - 1 :: STRAGGLER_EVERY] -= STRAGGLER_AGE_MS
     pages = rng.integers(0, PAGES, events)
     users = rng.integers(0, USERS, events)
-    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_SETTINGS})
-    produce = producer.produce
-    for i, t, p, u in zip(index.tolist(), ts.tolist(), pages.tolist(), users.tolist(), strict=True):
-        produce(INPUT, page_view(f"e{i}", u, p, t), key=b"u%d" % u, partition=i % PARTITIONS)
-        if i % 100_000 == 0:
-            producer.poll(0)
-    if producer.flush(300) != 0:
-        raise SystemExit("page views not delivered")
+    produce_page_views(bootstrap, ts, pages, users)
     return Workload(ts, pages)
 
 
@@ -437,6 +450,105 @@ def latency(spark: SparkSession, root: Path, args: argparse.Namespace) -> None:
     )
 
 
+def fill_sessions(bootstrap: str, events: int, seed: int = 9) -> list[dict[str, Any]]:
+    """The sessions run's page views (module docstring), produced; returns them."""
+    rng = np.random.default_rng(seed)
+    index = np.arange(events, dtype=np.int64)
+    ts = BASE_MS + index * SESSION_SPAN_MS // events
+    ts += rng.integers(-DISORDER_MS, DISORDER_MS + 1, events)
+    pages = rng.integers(0, PAGES, events)
+    users = rng.integers(0, SESSION_USERS, events)
+    produce_page_views(bootstrap, ts, pages, users)
+    return [{"user_id": f"u{u}", "ts": t} for u, t in zip(users.tolist(), ts.tolist(), strict=True)]
+
+
+def check_sessions(
+    bootstrap: str, expected: dict[tuple[str, int], tuple[int, int]], final_watermark_ms: int
+) -> int:
+    """Sessions in the output, checked against the reference (module docstring); raises
+    SystemExit on a mismatch."""
+    written: dict[tuple[str, int], tuple[int, int]] = {}
+    problems = []
+    for _, value in read_all(bootstrap, SESSIONS.outputs[0]):
+        session = (value["user_id"], value["session_start"])
+        if session in written:
+            problems.append(f"{session} written twice")
+        written[session] = (value["session_end"], value["page_views"])
+    for session in expected.keys() | written.keys():
+        end = expected[session][0] if session in expected else written[session][0]
+        closed = end + SESSION_GAP_MS
+        if closed < final_watermark_ms and written.get(session) != expected.get(session):
+            problems.append(f"{session}: {written.get(session)} != {expected.get(session)}")
+        if closed > final_watermark_ms and session in written:
+            problems.append(f"{session} open (watermark {final_watermark_ms}) but written")
+    if problems or not written:
+        raise SystemExit("output wrong:\n" + "\n".join(problems[:20] or ["no output"]))
+    return len(written)
+
+
+def sessions(spark: SparkSession, root: Path, args: argparse.Namespace) -> None:
+    process, bootstrap = start_broker(root / "sessions-data")
+    try:
+        create_topics(bootstrap, fresh=False)
+        started = time.perf_counter()
+        events = fill_sessions(bootstrap, args.session_events)
+        expected = {
+            (r["user_id"], r["session_start"]): (r["session_end"], r["page_views"])
+            for r in user_sessions(events, gap_ms=SESSION_GAP_MS)
+        }
+        print(
+            f"produced {len(events):,} page views in {time.perf_counter() - started:.1f} s "
+            f"({SESSION_USERS:,} users over {SESSION_SPAN_MS // 3_600_000} hours of event time, "
+            f"{len(expected):,} sessions in all); user_sessions, AvailableNow, "
+            f"maxOffsetsPerTrigger {args.max_offsets:,}",
+            flush=True,
+        )
+        times = []
+        for number in range(1 - args.warmup, args.repeat + 1):
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            existing = admin.list_topics(timeout=10).topics
+            if SESSIONS.outputs[0] in existing:
+                admin.delete_topics(list(SESSIONS.outputs))[SESSIONS.outputs[0]].result(30)
+            topic = NewTopic(
+                SESSIONS.outputs[0], num_partitions=1, config={"cleanup.policy": "compact"}
+            )
+            admin.create_topics([topic])[SESSIONS.outputs[0]].result(30)
+            cpu_before = cpu_seconds()
+            started = time.perf_counter()
+            query = pipeline_query(
+                spark,
+                SESSIONS,
+                bootstrap,
+                root / f"cp-sessions-{number}",
+                max_offsets=args.max_offsets,
+            )
+            query.awaitTermination()
+            seconds = time.perf_counter() - started
+            cpu_s = cpu_seconds()
+            cpu_s.subtract(cpu_before)
+            if query.exception() is not None:
+                raise SystemExit(f"query failed: {query.exception()}")
+            batches = [json.loads(p.json) for p in query.recentProgress]
+            written = check_sessions(bootstrap, expected, watermark_ms(batches[-1]))
+            name = "warm-up" if number < 1 else f"run {number}"
+            print(
+                f"{name}: {len(events) / seconds:,.0f} events/s ({seconds:.1f} s, "
+                f"{len(batches)} batches); {written:,} sessions written, checked",
+                flush=True,
+            )
+            print_totals(batches, cpu_s, seconds)
+            if number >= 1:
+                times.append(seconds)
+        print(
+            f"user_sessions median: {len(events) / statistics.median(times):,.0f} events/s "
+            "(target >= 150,000)",
+            flush=True,
+        )
+    finally:
+        process.terminate()
+        process.wait(60)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=2_000_000)
@@ -448,9 +560,13 @@ def main() -> None:
     parser.add_argument("--latency-seconds", type=float, default=360.0)
     parser.add_argument("--rate", type=int, default=2_000, help="page views/s, latency run")
     parser.add_argument("--trigger-ms", type=int, default=1_000, help="latency run's trigger")
+    parser.add_argument("--session-events", type=int, default=1_000_000, help="sessions run")
     parser.add_argument("--quick", action="store_true", help="small sizes, a smoke run")
     parser.add_argument(
-        "--only", nargs="+", choices=["throughput", "latency"], default=["throughput", "latency"]
+        "--only",
+        nargs="+",
+        choices=["throughput", "sessions", "latency"],
+        default=["throughput", "sessions", "latency"],
     )
     parser.add_argument(
         "--conf",
@@ -475,6 +591,8 @@ def main() -> None:
         try:
             if "throughput" in args.only:
                 throughput(spark, bootstrap, root, args)
+            if "sessions" in args.only:
+                sessions(spark, root, args)
             if "latency" in args.only:
                 latency(spark, root, args)
         finally:

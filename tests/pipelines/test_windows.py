@@ -8,11 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from riverbed.pipelines.operators.windows import (
-    Session,
-    closed_sessions,
     counts_by_window,
     late_reason,
-    merge_sessions,
     window_starts,
     windows_of,
 )
@@ -73,41 +70,6 @@ def test_late_reason_names_the_window_and_the_watermark() -> None:
     assert late_reason(0, 60_000, 90_000) == (
         "too late: window [0, 60000) was already complete (watermark 90000)"
     )
-
-
-def sessions_of(times: list[int], gap: int) -> list[Session]:
-    result: list[Session] = []
-    for t in sorted(times):
-        if result and t - result[-1].end < gap:
-            result[-1] = Session(result[-1].start, t, result[-1].events + 1)
-        else:
-            result.append(Session(t, t, 1))
-    return result
-
-
-@given(
-    chunks=st.lists(st.lists(st.integers(0, 20_000), max_size=8), max_size=8),
-    gap=st.integers(1, 3_000),
-)
-def test_sessions_built_in_any_order_and_chunks_equal_the_batch_answer(
-    chunks: list[list[int]], gap: int
-) -> None:
-    sessions: list[Session] = []
-    for chunk in chunks:
-        sessions = merge_sessions(sessions, chunk, gap)
-    assert sessions == sessions_of([t for chunk in chunks for t in chunk], gap)
-
-
-def test_a_gap_of_exactly_the_gap_starts_a_new_session() -> None:
-    assert merge_sessions([], [0, 29, 59, 88], 30) == [Session(0, 29, 2), Session(59, 88, 2)]
-    with pytest.raises(ValueError, match="gap"):
-        merge_sessions([], [1], 0)
-
-
-def test_closed_sessions_are_those_the_watermark_passed_by_the_gap() -> None:
-    sessions = [Session(0, 10, 2), Session(50, 70, 3)]
-    assert closed_sessions(sessions, 40, 30) == ([Session(0, 10, 2)], [Session(50, 70, 3)])
-    assert closed_sessions(sessions, 39, 30) == ([], sessions)
 
 
 @given(

@@ -9,7 +9,6 @@ call directly, in the module after the arrow):
 
 - ``windowed_counts``: counts per key and tumbling or hopping window, with the late side
   output and the panes counted before the shuffle (-> ``windows``);
-- ``sessions``: session windows per key (-> ``windows``);
 - ``interval_join``: the stream-stream interval join (-> ``intervals``);
 - ``as_of_join``: the stream-table as-of join, corrected by late changes
   (-> ``versioned_row``);
@@ -57,7 +56,6 @@ from riverbed.pipelines.operators.intervals import Joined, JoinInterval, LeftRow
 from riverbed.pipelines.operators.join_stages import JoinSpec
 from riverbed.pipelines.operators.json_rows import Json, Row, dumps
 from riverbed.pipelines.operators.pattern_matches import PatternMatches, match_pattern
-from riverbed.pipelines.operators.sessions import SessionWindows, sessions
 from riverbed.pipelines.operators.windowed_counts import WindowedCounts, windowed_counts
 
 __all__ = [
@@ -85,7 +83,6 @@ __all__ = [
     "PatternMatches",
     "RightRow",
     "Row",
-    "SessionWindows",
     "Step",
     "WindowedCounts",
     "as_of_join",
@@ -100,7 +97,6 @@ __all__ = [
     "json_events",
     "match_pattern",
     "parse_change",
-    "sessions",
     "times",
     "windowed_counts",
     "with_event_time",

@@ -1,9 +1,8 @@
-"""Event-time windows, lateness and sessions: the pure logic of the windowed operators.
+"""Event-time windows and lateness: the pure logic of the windowed operators.
 
 Times are integers, milliseconds since the epoch; windows are half-open ``[start, end)``.
-Nothing here knows Spark: :mod:`riverbed.pipelines.operators.windowed_counts` and
-:mod:`riverbed.pipelines.operators.sessions` call these functions from their stateful
-processors, and the tests call them directly.
+Nothing here knows Spark: :mod:`riverbed.pipelines.operators.windowed_counts` calls these
+functions from its stateful processor, and the tests call them directly.
 
 - **Tumbling and hopping windows.** A window of ``size`` every ``slide`` (tumbling when
   ``slide == size``) starts at the multiples of ``slide``; an event belongs to every window
@@ -15,27 +14,18 @@ processors, and the tests call them directly.
   its end: the operator emits it then. An event that arrives for a window whose end is at
   or below the watermark is *late*: it can no longer be counted, so it goes to the late
   side output with the reason, instead of being dropped without a trace as Spark does.
-- **Sessions.** A user's events belong to one session while less than ``gap`` passes between
-  consecutive events; a gap of ``gap`` or more starts a new one. A session ends (its
-  ``session_end`` is the time of its last event) and is final once the watermark reaches
-  ``session_end + gap``: no later event can extend it. An event older than the watermark
-  is late (it could belong to a session already emitted).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 
 import numpy as np
 import numpy.typing as npt
 
 __all__ = [
-    "Session",
-    "closed_sessions",
     "counts_by_window",
     "late_reason",
-    "merge_sessions",
     "pane_start",
     "window_starts",
     "windows_of",
@@ -82,45 +72,6 @@ def late_reason(window_start: int, window_end: int, watermark_ms: int) -> str:
         f"too late: window [{window_start}, {window_end}) was already complete "
         f"(watermark {watermark_ms})"
     )
-
-
-@dataclass(frozen=True, slots=True)
-class Session:
-    start: int
-    end: int
-    """The time of the session's last event."""
-    events: int
-
-
-def merge_sessions(
-    sessions: Iterable[Session], timestamps: Iterable[int], gap_ms: int
-) -> list[Session]:
-    """``sessions`` with the events at ``timestamps`` added: sessions that the new events
-    bring within ``gap_ms`` of each other merge into one. Sorted by start."""
-    if gap_ms <= 0:
-        raise ValueError(f"the session gap must be positive, not {gap_ms}")
-    points = sorted(
-        [(s.start, s.end, s.events) for s in sessions] + [(t, t, 1) for t in timestamps]
-    )
-    merged: list[Session] = []
-    for start, end, events in points:
-        if merged and start - merged[-1].end < gap_ms:
-            last = merged[-1]
-            merged[-1] = Session(last.start, max(last.end, end), last.events + events)
-        else:
-            merged.append(Session(start, end, events))
-    return merged
-
-
-def closed_sessions(
-    sessions: Iterable[Session], watermark_ms: int, gap_ms: int
-) -> tuple[list[Session], list[Session]]:
-    """(closed, open): a session is closed once the watermark reached ``end + gap_ms``."""
-    closed: list[Session] = []
-    still_open: list[Session] = []
-    for session in sessions:
-        (closed if session.end + gap_ms <= watermark_ms else still_open).append(session)
-    return closed, still_open
 
 
 def counts_by_window(

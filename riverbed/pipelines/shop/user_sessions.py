@@ -3,16 +3,19 @@ starting when 30 minutes or more pass between two of the user's page views; each
 written once the watermark (2 minutes) passes its end plus 30 minutes, keyed ``user_id`` and
 ``session_start``, with ``session_end`` (the ts of its last page view) and ``page_views``.
 
-The operator is :class:`~riverbed.pipelines.operators.sessions.SessionWindows`; page views
-older than the watermark are dropped (they could belong to a session already written).
+Spark's own session windows do it (``session_window``, a streaming aggregation in the JVM,
+append mode): a page view opens the window ``[ts, ts + 30 min)`` and overlapping windows of
+a user merge, so a view 30 minutes or more after the last one starts a new session; Spark
+writes a session once the watermark reaches its window's end, the last view plus 30
+minutes. Page views at or below the watermark are dropped (they could belong to a session
+already written), as Spark drops late rows.
 """
 
 from __future__ import annotations
 
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
-from riverbed.pipelines.operators.inputs import with_event_time
-from riverbed.pipelines.operators.sessions import SessionWindows, sessions
 from riverbed.pipelines.shop.contract import MINUTE_MS, WATERMARK_DELAY
 from riverbed.pipelines.shop.page_views_per_minute import page_views
 
@@ -21,12 +24,21 @@ __all__ = ["GAP_MS", "build"]
 GAP_MS = 30 * MINUTE_MS
 """DESIGN.md: "a new session starts when 30 minutes or more pass between two of the user's
 events"."""
+TOPIC = "user_sessions"
 
 
 def build(source: DataFrame) -> DataFrame:
     """``user_sessions`` from a source subscribed to ``page_views``."""
-    windows = SessionWindows(
-        user_field="user_id", gap_ms=GAP_MS, topic="user_sessions", count_field="page_views"
+    views = page_views(source).where(F.col("user_id").isNotNull())
+    timed = views.withColumn("event_time", F.timestamp_millis(F.col("ts"))).withWatermark(
+        "event_time", WATERMARK_DELAY
     )
-    events = page_views(source).select("user_id", "ts")
-    return sessions(with_event_time(events, WATERMARK_DELAY), windows)
+    gap = F.session_window("event_time", f"{GAP_MS // MINUTE_MS} minutes")
+    sessions = timed.groupBy(F.col("user_id"), gap).agg(
+        F.min("ts").alias("session_start"),
+        F.max("ts").alias("session_end"),
+        F.count(F.lit(1)).alias("page_views"),
+    )
+    key = F.to_json(F.struct("user_id", "session_start"))
+    value = F.to_json(F.struct("user_id", "session_start", "session_end", "page_views"))
+    return sessions.select(F.lit(TOPIC).alias("topic"), key.alias("key"), value.alias("value"))
