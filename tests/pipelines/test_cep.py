@@ -192,6 +192,21 @@ def test_strict_state_is_cleared_by_an_event_no_step_wants() -> None:
     assert len(matcher) == 0
 
 
+def test_strict_state_is_cleared_by_an_event_that_only_a_last_single_step_wants() -> None:
+    """It ended no match, and it can be in none but as the last event: nothing before it is
+    held any more (a payment approved after two declines)."""
+    strict = Matcher(pattern(step("a", at_least(2)), step("b")))
+    assert strict.feed(stream("a b")) == []
+    assert len(strict) == 0
+    assert positions(strict.feed(stream("a a b", start=2))) == [{"a": [0, 1], "b": [2]}]
+    relaxed = Matcher(pattern(step("a", at_least(2)), step("b"), contiguity=RELAXED))
+    relaxed.feed(stream("a b"))
+    assert len(relaxed) == 2  # a later "a b" can still use the first "a"
+    twice = Matcher(pattern(step("a"), step("b", times(2))))
+    twice.feed(stream("b"))
+    assert len(twice) == 1  # could be the first "b" of a match
+
+
 def test_the_state_is_json_and_a_foreign_one_is_refused() -> None:
     p = pattern(step("a", at_least(2)), step("b"))
     matcher = Matcher(p)

@@ -36,11 +36,12 @@ more) wins over the one that moves on. After a match, matching restarts after it
 event: no event up to it becomes part of a later match (as Flink's ``SKIP_PAST_LAST_EVENT``).
 
 **Expiry.** The matcher holds the events that may still become part of a match: those since
-the last match (strict: since the last event that satisfies no step's condition; relaxed:
-only events that satisfy one), at most ``within_ms`` older than the newest event fed. The
-events fed next are not older than the watermark ``W``, so no held event older than
-``W - within_ms`` can be in a future match: :meth:`Matcher.expire` drops them, and
-:meth:`Matcher.next_expiry_ms` says for which watermark to call it next (a timer).
+the last match (strict: since the last event that satisfies no step's condition, or only a
+last step of one event without ending a match; relaxed: only events that satisfy one), at
+most ``within_ms`` older than the newest event fed. The events fed next are not older than
+the watermark ``W``, so no held event older than ``W - within_ms`` can be in a future
+match: :meth:`Matcher.expire` drops them, and :meth:`Matcher.next_expiry_ms` says for which
+watermark to call it next (a timer).
 
 **Order and lateness.** An :class:`EventTimeBuffer` holds events until the watermark has
 passed them (``ts < watermark``: an event at the watermark may still be followed by one with
@@ -163,6 +164,11 @@ def _ts(event: Mapping[str, Any]) -> int:
     return ts
 
 
+def _canonical(event: Mapping[str, Any]) -> str:
+    """The JSON text that orders events equal in ``ts`` and tie-break (keys sorted)."""
+    return json.dumps(event, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def _encode(value: dict[str, Any]) -> str:
     return json.dumps({"v": STATE_VERSION, **value}, separators=(",", ":"), ensure_ascii=False)
 
@@ -195,6 +201,14 @@ class Matcher:
         self.pattern = pattern
         self._held: list[tuple[Event, int]] = []  # each event and the bit mask of its steps
         self._frontier_ms: int | None = None
+        last = len(pattern.steps) - 1
+        self._least = sum(step.quantifier.min_count for step in pattern.steps)
+        """The fewest events a match has."""
+        once = pattern.steps[last].quantifier.max_count == 1
+        self._dead_end = 1 << last if once and pattern.contiguity is Contiguity.STRICT else 0
+        """Strict, with a last step of one event: the mask of an event that can only be that
+        step. It can end a match but never be inside one, so once it has ended none, no
+        later strict match can span it (a payment approved after fewer than 3 declines)."""
 
     def __len__(self) -> int:
         """The number of events held."""
@@ -265,8 +279,8 @@ class Matcher:
         if not mask >> (len(self.pattern.steps) - 1) & 1:
             return None
         match = self._best_match()
-        if match is not None:
-            self._held.clear()  # skip past the last event
+        if match is not None or mask == self._dead_end:
+            self._held.clear()  # skip past the last event; or no match can span it
         return match
 
     def _best_match(self) -> Match | None:
@@ -276,6 +290,8 @@ class Matcher:
         events ``j..n-1`` can complete a match ending with event ``n - 1``; then the earliest
         start whose state can end, and forwards the first move, in order of preference,
         that still can: one pass each way, instead of trying every start and every path."""
+        if len(self._held) < self._least:
+            return None
         steps = self.pattern.steps
         last = len(steps) - 1
         masks = [mask for _, mask in self._held]
@@ -339,10 +355,21 @@ class EventTimeBuffer:
     def __len__(self) -> int:
         return len(self._held)
 
-    def order(self, event: Mapping[str, Any]) -> tuple[int, Any, str]:
-        """The sort key of the event-time order."""
-        canonical = json.dumps(event, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        return _ts(event), event[self.tiebreak_field], canonical
+    def order(self, event: Mapping[str, Any]) -> tuple[int, Any]:
+        """The sort key of the event-time order, ties aside (:meth:`_insert`)."""
+        return _ts(event), event[self.tiebreak_field]
+
+    def _insert(self, event: Event) -> None:
+        """Put ``event`` in its place in the held events: by :meth:`order`, then, among
+        events equal in it, by JSON text, after any identical event. The text is made only
+        for a tie: making it for every comparison was most of the buffer's cost."""
+        key = self.order(event)
+        low = bisect.bisect_left(self._held, key, key=self.order)
+        high = bisect.bisect_right(self._held, key, lo=low, key=self.order)
+        if low < high:
+            texts = [_canonical(e) for e in self._held[low:high]]
+            low += bisect.bisect_right(texts, _canonical(event))
+        self._held.insert(low, event)
 
     def advance(self, events: Iterable[Mapping[str, Any]], *, watermark_ms: int) -> Released:
         """Add ``events``, arrived while the watermark is ``watermark_ms`` (a lower one than
@@ -354,7 +381,7 @@ class EventTimeBuffer:
             if _ts(event) < self.watermark_ms:
                 late.append(dict(event))
             else:
-                bisect.insort(self._held, dict(event), key=self.order)
+                self._insert(dict(event))
         passed = 0
         while passed < len(self._held) and _ts(self._held[passed]) < self.watermark_ms:
             passed += 1
@@ -381,7 +408,7 @@ class EventTimeBuffer:
         buffer = cls(tiebreak_field=tiebreak_field)
         watermark = value["watermark_ms"]
         buffer.watermark_ms = None if watermark is None else int(watermark)
-        buffer._held = sorted((dict(e) for e in value["events"]), key=buffer.order)
+        buffer._held = [dict(e) for e in value["events"]]  # stored in order (_dump)
         return buffer
 
 
