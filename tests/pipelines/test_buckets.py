@@ -202,3 +202,32 @@ def test_every_key_is_handled_once_its_rounded_expiry_is_reached_never_before(
         assert all(round_up(e, resolution) > watermark for e in expiry.values())
         if expiry:  # a timer at or before the earliest time a key waits for
             assert min(handle.timers) <= min(round_up(e, resolution) for e in expiry.values())
+
+
+def test_listed_times_share_pages_so_a_sweep_costs_a_few_state_calls() -> None:
+    handle = MemoryHandle()
+    s = states(handle, resolution_ms=1)
+    for t in range(200):  # 200 keys, each listed at a time of its own: 4 pages of 64
+        s.put(f"k{t}", t, due_ms=t)
+    s.flush()
+    due = handle.maps["s_due"]
+    assert len(due.entries) == 4 and due.calls == 8  # each page read and written once
+    due.calls = 0
+    handle.fire(150)
+    assert sorted(state for _, state in s.due(150)) == list(range(151))
+    s.flush()
+    assert due.calls == 1 + 3 * 2  # the keys, then three pages read and written or removed
+    assert handle.timers == {151}
+    assert sorted(due.entries) == [(128,), (192,)]
+
+
+def test_a_time_listed_as_before_pages_is_still_swept() -> None:
+    """A checkpoint written before pages keeps one time's list per entry."""
+    handle = MemoryHandle()
+    s = states(handle, resolution_ms=10)
+    s.put("a", "a", due_ms=30)
+    s.flush()
+    handle.maps["s_due"].entries = {(30,): ('["a"]',)}  # as the old layout listed it
+    s.put("b", "b", due_ms=20)
+    s.flush()
+    assert sorted(s.due(30)) == [("a", "a"), ("b", "b")]
