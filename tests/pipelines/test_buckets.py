@@ -206,19 +206,28 @@ def test_every_key_is_handled_once_its_rounded_expiry_is_reached_never_before(
 
 def test_listed_times_share_pages_so_a_sweep_costs_a_few_state_calls() -> None:
     handle = MemoryHandle()
-    s = states(handle, resolution_ms=1)
-    for t in range(200):  # 200 keys, each listed at a time of its own: 4 pages of 64
-        s.put(f"k{t}", t, due_ms=t)
+    s = states(handle, resolution_ms=1_000)
+    for t in range(200):  # 200 keys, each listed at a second of its own: 4 pages of a minute
+        s.put(f"k{t}", t, due_ms=t * 1_000)
     s.flush()
     due = handle.maps["s_due"]
     assert len(due.entries) == 4 and due.calls == 8  # each page read and written once
     due.calls = 0
-    handle.fire(150)
-    assert sorted(state for _, state in s.due(150)) == list(range(151))
+    handle.fire(150_000)
+    assert sorted(state for _, state in s.due(150_000)) == list(range(151))
     s.flush()
     assert due.calls == 1 + 3 * 2  # the keys, then three pages read and written or removed
-    assert handle.timers == {151}
-    assert sorted(due.entries) == [(128,), (192,)]
+    assert handle.timers == {151_000}
+    assert sorted(due.entries) == [(120_000,), (180_000,)]
+
+
+def test_a_coarse_resolution_keeps_one_time_to_a_page() -> None:
+    handle = MemoryHandle()
+    s = states(handle, resolution_ms=100_000)
+    for t in range(3):
+        s.put(f"k{t}", t, due_ms=t * 100_000)
+    s.flush()
+    assert sorted(handle.maps["s_due"].entries) == [(0,), (100_000,), (200_000,)]
 
 
 def test_a_time_listed_as_before_pages_is_still_swept() -> None:

@@ -33,9 +33,9 @@ listed. A key is thus handled at most ``resolution_ms`` of event time after its 
 never before it: its state is held that much longer. A timer per listed time instead cost
 hundreds of timer calls per bucket in a micro-batch that covers minutes of event time.
 
-**Pages of times.** The time → keys lists are kept :data:`PAGE` listed times to a map
-state entry (a *page*, keyed by its first possible time, the value a JSON object time →
-keys): a micro-batch that moves the watermark by minutes passes hundreds of listed times per
+**Pages of times.** The time → keys lists are kept a minute of event time to a map state
+entry (a *page*, :data:`PAGE_MS`, keyed by its first possible time, the value a JSON object
+time → keys): a micro-batch that moves the watermark by minutes passes hundreds of listed times per
 bucket, and a state call per time (a read and a removal when due, a read and a write when
 listed) was the bulk of ``fraud_alerts``' time. A page's entry is read and written once per
 batch that lists a time in it or sweeps it. An entry that holds a list instead (one time, as
@@ -57,15 +57,17 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 
 from riverbed.pipelines.operators.json_rows import dumps
 
-__all__ = ["BUCKET", "BUCKETS", "PAGE", "SLOTS", "KeyedStates", "bucket_of", "round_up"]
+__all__ = ["BUCKET", "BUCKETS", "PAGE_MS", "SLOTS", "KeyedStates", "bucket_of", "round_up"]
 
 BUCKETS = 64
 """Buckets per operator: enough to spread over any sensible number of shuffle partitions,
 few enough that the per-bucket cost stays small in a small micro-batch."""
 SLOTS = 64
 """Slots per bucket (module docstring)."""
-PAGE = 64
-"""Listed times per page: a page covers ``PAGE * resolution_ms`` of event time."""
+PAGE_MS = 60_000
+"""The event time a page covers, or one listed time when ``resolution_ms`` is longer: a
+page holds every key listed in it, and is written whole when one is added, so a page of
+many times of many keys (an hour of search ids) would cost more than it saves."""
 BUCKET = "bucket"
 """The grouping column :func:`bucket_of` is usually given as."""
 
@@ -108,7 +110,7 @@ class KeyedStates:
         else:
             self._due = handle.getMapState(f"{name}_due", "at LONG", "keys STRING")
             self._timer = handle.getValueState(f"{name}_timer", "at LONG")
-        self._page_ms = PAGE * (resolution_ms or 1)
+        self._page_ms = (resolution_ms or 1) * max(1, PAGE_MS // (resolution_ms or 1))
         self._slots: dict[int, dict[str, list[Any]]] = {}
         self._dirty: set[int] = set()
         self._pending: dict[int, set[str]] = {}
