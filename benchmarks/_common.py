@@ -7,6 +7,7 @@ back and the pipelines' references are riverbed.testing's.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import platform
@@ -17,6 +18,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -275,6 +277,32 @@ def pipeline_query(
     else:
         writer = writer.trigger(processingTime=f"{trigger_ms} milliseconds")
     return writer.start()
+
+
+@dataclass(frozen=True)
+class TimedQuery:
+    seconds: float
+    batches: list[dict[str, Any]]
+    """The query's progress reports, as JSON."""
+    cpu_s: Counter[str]
+    """CPU seconds used while it ran, by kind (:func:`cpu_seconds`)."""
+
+
+def run_to_end(
+    spark: SparkSession, pipeline: Pipeline, bootstrap: str, checkpoint: Path, max_offsets: int
+) -> TimedQuery:
+    """The pipeline as :func:`pipeline_query` starts it (AvailableNow), timed from its start
+    to its end, with the CPU seconds used meanwhile; SystemExit if the query failed."""
+    cpu_before = cpu_seconds()
+    started = time.perf_counter()
+    query = pipeline_query(spark, pipeline, bootstrap, checkpoint, max_offsets=max_offsets)
+    query.awaitTermination()
+    seconds = time.perf_counter() - started
+    cpu_s = cpu_seconds()
+    cpu_s.subtract(cpu_before)
+    if query.exception() is not None:
+        raise SystemExit(f"{pipeline.name} failed: {query.exception()}")
+    return TimedQuery(seconds, [json.loads(p.json) for p in query.recentProgress], cpu_s)
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:

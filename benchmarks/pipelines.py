@@ -62,11 +62,11 @@ from typing import Any
 import numpy as np
 from _common import (
     PRODUCER_SETTINGS,
-    cpu_seconds,
     machine,
     percentile,
     pipeline_query,
     print_totals,
+    run_to_end,
     start_broker,
     watermark_ms,
 )
@@ -75,6 +75,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from pyspark.sql import SparkSession
 
 import riverbed.spark
+from riverbed.pipelines.pipeline import Pipeline
 from riverbed.pipelines.shop import PIPELINES
 from riverbed.testing.references import page_views_per_minute, user_sessions
 from riverbed.testing.topic_reader import read_to_end
@@ -108,18 +109,18 @@ QUICK = {
 """A smoke run: the latency run must last over 3 minutes for one window to close."""
 
 
-def create_topics(bootstrap: str, *, fresh: bool) -> None:
-    """``page_views`` (4 partitions) and the outputs (1 partition, compacted, as ``riverbed
-    pipeline run`` creates them); with ``fresh``, the outputs are deleted first."""
+def create_topics(bootstrap: str, *, fresh: bool, pipeline: Pipeline = PIPELINE) -> None:
+    """``page_views`` (4 partitions) and ``pipeline``'s outputs (1 partition, compacted, as
+    ``riverbed pipeline run`` creates them); with ``fresh``, the outputs are deleted first."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     existing = admin.list_topics(timeout=10).topics
-    if fresh and (old := [t for t in PIPELINE.outputs if t in existing]):
+    if fresh and (old := [t for t in pipeline.outputs if t in existing]):
         for future in admin.delete_topics(old, request_timeout=30).values():
             future.result(timeout=30)
         existing = admin.list_topics(timeout=10).topics
     wanted = [
         NewTopic(t, num_partitions=1, config={"cleanup.policy": "compact"})
-        for t in PIPELINE.outputs
+        for t in pipeline.outputs
         if t not in existing
     ]
     if INPUT not in existing:
@@ -228,18 +229,9 @@ def throughput_run(
     spark: SparkSession, bootstrap: str, workload: Workload, checkpoint: Path, max_offsets: int
 ) -> Run:
     create_topics(bootstrap, fresh=True)
-    cpu_before = cpu_seconds()
-    started = time.perf_counter()
-    query = pipeline_query(spark, PIPELINE, bootstrap, checkpoint, max_offsets=max_offsets)
-    query.awaitTermination()
-    seconds = time.perf_counter() - started
-    cpu_s = cpu_seconds()
-    cpu_s.subtract(cpu_before)
-    if query.exception() is not None:
-        raise SystemExit(f"query failed: {query.exception()}")
-    batches = [json.loads(p.json) for p in query.recentProgress]
-    windows, views, late = check(bootstrap, workload, watermark_ms(batches[-1]))
-    return Run(seconds, batches, windows, views, late, cpu_s)
+    timed = run_to_end(spark, PIPELINE, bootstrap, checkpoint, max_offsets)
+    windows, views, late = check(bootstrap, workload, watermark_ms(timed.batches[-1]))
+    return Run(timed.seconds, timed.batches, windows, views, late, timed.cpu_s)
 
 
 def print_run(name: str, events: int, run: Run) -> None:
@@ -512,40 +504,19 @@ def sessions(spark: SparkSession, root: Path, args: argparse.Namespace) -> None:
         )
         times = []
         for number in range(1 - args.warmup, args.repeat + 1):
-            admin = AdminClient({"bootstrap.servers": bootstrap})
-            existing = admin.list_topics(timeout=10).topics
-            if SESSIONS.outputs[0] in existing:
-                admin.delete_topics(list(SESSIONS.outputs))[SESSIONS.outputs[0]].result(30)
-            topic = NewTopic(
-                SESSIONS.outputs[0], num_partitions=1, config={"cleanup.policy": "compact"}
-            )
-            admin.create_topics([topic])[SESSIONS.outputs[0]].result(30)
-            cpu_before = cpu_seconds()
-            started = time.perf_counter()
-            query = pipeline_query(
-                spark,
-                SESSIONS,
-                bootstrap,
-                root / f"cp-sessions-{number}",
-                max_offsets=args.max_offsets,
-            )
-            query.awaitTermination()
-            seconds = time.perf_counter() - started
-            cpu_s = cpu_seconds()
-            cpu_s.subtract(cpu_before)
-            if query.exception() is not None:
-                raise SystemExit(f"query failed: {query.exception()}")
-            batches = [json.loads(p.json) for p in query.recentProgress]
-            written = check_sessions(bootstrap, expected, watermark_ms(batches[-1]))
+            create_topics(bootstrap, fresh=True, pipeline=SESSIONS)
+            checkpoint = root / f"cp-sessions-{number}"
+            timed = run_to_end(spark, SESSIONS, bootstrap, checkpoint, args.max_offsets)
+            written = check_sessions(bootstrap, expected, watermark_ms(timed.batches[-1]))
             name = "warm-up" if number < 1 else f"run {number}"
             print(
-                f"{name}: {len(events) / seconds:,.0f} events/s ({seconds:.1f} s, "
-                f"{len(batches)} batches); {written:,} sessions written, checked",
+                f"{name}: {len(events) / timed.seconds:,.0f} events/s ({timed.seconds:.1f} s, "
+                f"{len(timed.batches)} batches); {written:,} sessions written, checked",
                 flush=True,
             )
-            print_totals(batches, cpu_s, seconds)
+            print_totals(timed.batches, timed.cpu_s, timed.seconds)
             if number >= 1:
-                times.append(seconds)
+                times.append(timed.seconds)
         print(
             f"user_sessions median: {len(events) / statistics.median(times):,.0f} events/s "
             "(target >= 150,000)",

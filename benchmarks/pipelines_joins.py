@@ -93,10 +93,9 @@ from typing import Any, Protocol
 
 from _common import (
     PRODUCER_SETTINGS,
-    cpu_seconds,
     machine,
-    pipeline_query,
     print_totals,
+    run_to_end,
     start_broker,
     watermark_ms,
 )
@@ -644,17 +643,9 @@ def run_query(
 ) -> Phase:
     """One AvailableNow query of the pipeline, as ``riverbed pipeline run`` builds it (module
     docstring), timed from its start to its end."""
-    cpu_before = cpu_seconds()
-    started = time.perf_counter()
-    query = pipeline_query(spark, PIPELINES[name], bootstrap, checkpoint, max_offsets=max_offsets)
-    query.awaitTermination()
-    seconds = time.perf_counter() - started
-    cpu_s = cpu_seconds()
-    cpu_s.subtract(cpu_before)
-    if query.exception() is not None:
-        raise SystemExit(f"{name} failed: {query.exception()}")
-    batches = [json.loads(p.json) for p in query.recentProgress]
-    return Phase(sum(batch_records(b) for b in batches), seconds, batches, cpu_s)
+    timed = run_to_end(spark, PIPELINES[name], bootstrap, checkpoint, max_offsets)
+    records = sum(batch_records(b) for b in timed.batches)
+    return Phase(records, timed.seconds, timed.batches, timed.cpu_s)
 
 
 def run_pipeline(spark: SparkSession, inputs: Inputs, directory: Path, max_offsets: int) -> Run:
