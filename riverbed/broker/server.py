@@ -55,6 +55,29 @@ def system_clock() -> int:
     return time.time_ns() // 1_000_000
 
 
+ACCEPT_TURNS = 8
+"""Event-loop turns from a connection's accept to its socket's close when the broker is
+stopping: asyncio's accept task makes the transport, then the stream's callback runs
+(``_on_connection``, which closes it), then the transport closes its socket."""
+
+
+async def _loop_turns(turns: int = ACCEPT_TURNS) -> None:
+    for _ in range(turns):
+        await asyncio.sleep(0)
+
+
+async def _stop_accepting(server: asyncio.Server) -> None:
+    """Stop accepting, and let the connections accepted already reach ``_on_connection``
+    before ``server.close()``: Python 3.11's asyncio drops a connection accepted before
+    ``close()`` whose transport is made after it without closing its socket (the transport
+    asserts the server is open), and a connection whose callback never runs keeps its
+    socket open after the loop ends. Either leaks a socket in an in-process broker."""
+    loop = asyncio.get_running_loop()
+    for sock in server.sockets:
+        loop.remove_reader(sock.fileno())
+    await _loop_turns()
+
+
 def _new_cluster_id() -> str:
     # Kafka's cluster ids are a random UUID in URL-safe base64 without padding (22 chars).
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -332,6 +355,7 @@ class BrokerServer:
                 await self._checkpointer
             self._checkpointer = None
         if self._server is not None:
+            await _stop_accepting(self._server)
             self._server.close()
         # Aborting a connection's socket ends its serve() normally; cancelling the task that
         # asyncio.start_server created would make asyncio log a spurious error.
@@ -354,6 +378,7 @@ class BrokerServer:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
+            await _loop_turns()  # the closed connections' sockets close on the next turn
             self._server = None
         if self._lock is not None:
             self._lock.close()

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import gc
 import os
+import socket
 import struct
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -176,6 +180,38 @@ def test_fetch_sends_stored_batches_with_sendfile(
     assert len(decode_records(records[: len(batches[0])])) == 100
     assert len(records) == sum(len(b) for b in batches)
     assert sum(sent_by_sendfile) == len(records), "every stored byte went out by sendfile"
+
+
+def _connect_until(
+    host: str, port: int, stopping: threading.Event, clients: list[socket.socket]
+) -> None:
+    while not stopping.is_set():
+        with contextlib.suppress(OSError):  # refused once the broker stopped listening
+            clients.append(socket.create_connection((host, port), timeout=1))
+
+
+def test_stop_closes_every_socket_while_clients_keep_connecting(tmp_path: Path) -> None:
+    """Clients connect without pause while an in-process broker stops: every connection it
+    accepted is closed, none is left for the garbage collector (a ResourceWarning, which
+    once failed an unrelated test that happened to collect it)."""
+    for attempt in range(3):
+        broker = Broker(tmp_path / f"data-{attempt}", listen="127.0.0.1:0").start()
+        host, port = broker.bootstrap_servers.split(":")
+        clients: list[socket.socket] = []
+        stopping = threading.Event()
+        hammer = threading.Thread(target=_connect_until, args=(host, int(port), stopping, clients))
+        hammer.start()
+        time.sleep(0.05)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResourceWarning)
+            broker.stop()
+            stopping.set()
+            hammer.join()
+            for client in clients:
+                client.close()
+            gc.collect()
+        assert len(clients) > 10  # connections did arrive while it stopped
+        assert [str(w.message) for w in caught if w.category is ResourceWarning] == []
 
 
 def test_stop_does_not_wait_for_a_fetch_whose_client_left(tmp_path: Path) -> None:
