@@ -29,11 +29,18 @@ __all__ = ["changes", "json_events", "with_event_time"]
 
 
 def json_events(source: DataFrame, topic: str, schema: StructType) -> DataFrame:
-    """The events of ``topic``: one column per field of ``schema``, parsed once (a filter
-    on the fields here would be pushed below the parse and parse again per condition)."""
+    """The events of ``topic``: one column per field of ``schema``, parsed once, even when
+    the caller filters on the fields.
+
+    A filter on the fields of a projection ``from_json(...).*`` is pushed below it by
+    Spark's optimizer, with the parse substituted into each condition: every record was
+    parsed once per condition and once more for the projection (``fraud_alerts``' four
+    conditions made five parses). The struct is therefore taken apart by a generator,
+    ``inline`` of a one-element array, which no filter is pushed through; it yields the
+    same rows (one per record, all null where the value is not a JSON object) and costs no
+    more than the projection (BENCHMARKS.md)."""
     own = source.where(F.col("topic") == F.lit(topic))
-    parsed = own.select(F.from_json(F.col("value").cast("string"), schema).alias("e"))
-    return parsed.select("e.*")
+    return own.select(F.inline(F.array(F.from_json(F.col("value").cast("string"), schema))))
 
 
 def changes(source: DataFrame, topic: str, key_column: str) -> DataFrame:
