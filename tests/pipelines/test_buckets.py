@@ -71,6 +71,9 @@ class MemoryHandle:
         self.registrations += 1
         self.timers.add(at)
 
+    def deleteTimer(self, at: int) -> None:
+        self.timers.discard(at)
+
     def fire(self, watermark: int) -> list[int]:
         """The timers due at ``watermark``, in order, removed as Spark removes them."""
         due = sorted(t for t in self.timers if t <= watermark)
@@ -170,19 +173,32 @@ def test_the_bucket_timer_is_at_the_earliest_listed_time_and_stale_listings_skip
     ),
     step=st.integers(1, 40),
     resolution=st.sampled_from([1, 7, 10, 50]),
+    early=st.booleans(),
 )
 def test_every_key_is_handled_once_its_rounded_expiry_is_reached_never_before(
-    ops: list[tuple[str, int | None]], step: int, resolution: int
+    ops: list[tuple[str, int | None]], step: int, resolution: int, early: bool
 ) -> None:
     """Keys are updated with new expiries (None: removed) while the watermark advances by
-    ``step`` per batch; each batch's timers fire after its updates, as in Spark. A handled
-    key is put back without expiry. After each batch, no key whose expiry rounded up the
-    watermark has reached is left unhandled, and none was handled before that."""
+    ``step`` per batch; each batch's timers fire after its updates, as in Spark (``early``:
+    the keys due are swept with the updates, ``due_now``, and the timers that fire after
+    find what is left). A handled key is put back without expiry. After each batch, no key
+    whose expiry rounded up the watermark has reached is left unhandled, and none was
+    handled before that."""
     handle = MemoryHandle()
     s = states(handle, resolution, slots=2)
     expiry: dict[str, int] = {}  # the model: keys waiting, and their expiry
+
+    def handle_due(due: list[tuple[str, Any]]) -> None:
+        for handled, text in due:
+            assert text == f"{handled}@{expiry[handled]}"
+            assert round_up(expiry[handled], resolution) <= watermark
+            s.put(handled, "done")
+            del expiry[handled]
+
     watermark = 0
     for i, (key, due) in enumerate(ops):
+        if early:  # the updates are this batch's input
+            watermark += step
         if due is None:
             s.remove(key)
             expiry.pop(key, None)
@@ -190,14 +206,13 @@ def test_every_key_is_handled_once_its_rounded_expiry_is_reached_never_before(
             due = max(due, watermark + 1) if i % 3 else due  # some already past
             s.put(key, f"{key}@{due}", due_ms=due)
             expiry[key] = due
+        if early:
+            handle_due(s.due_now(watermark))
         s.flush()
-        watermark += step
+        if not early:
+            watermark += step
         for _ in handle.fire(watermark):
-            for handled, text in s.due(watermark):
-                assert text == f"{handled}@{expiry[handled]}"
-                assert round_up(expiry[handled], resolution) <= watermark
-                s.put(handled, "done")
-                del expiry[handled]
+            handle_due(s.due(watermark))
             s.flush()
         assert all(round_up(e, resolution) > watermark for e in expiry.values())
         if expiry:  # a timer at or before the earliest time a key waits for
@@ -240,3 +255,32 @@ def test_a_time_listed_as_before_pages_is_still_swept() -> None:
     s.put("b", "b", due_ms=20)
     s.flush()
     assert sorted(s.due(30)) == [("a", "a"), ("b", "b")]
+
+
+def test_keys_due_with_the_input_are_swept_then_and_their_timer_deleted() -> None:
+    """due_now, from handleInputRows: once the bucket's timer has come, the keys due are
+    handled with the input's slots still cached (each slot read and written once for the
+    batch), and the timer is deleted, not left to fire after the input."""
+    handle = MemoryHandle()
+    s = states(handle, resolution_ms=10, slots=1)
+    for key, due in (("a", 5), ("b", 15), ("c", 35)):
+        s.put(key, key, due_ms=due)
+    s.flush()
+    assert handle.timers == {10}
+    slots = handle.maps["s"]
+    assert s.due_now(9) == []  # the timer has not come: nothing, and it stays
+    s.flush()
+    assert handle.timers == {10}
+    slots.calls = 0
+    s.put("c", "c2", due_ms=45)  # the batch's input, at watermark 22
+    assert sorted(s.due_now(22)) == [("a", "a"), ("b", "b")]
+    s.remove("a")
+    s.put("b", "b2", due_ms=50)
+    s.flush()
+    assert slots.calls == 2  # the one slot, read once and written once
+    # 10 deleted; the earliest listed time is c's old 40, a stale listing (c and b are
+    # listed under 50), which a sweep skips
+    assert handle.timers == {40}
+    assert handle.fire(22) == []  # nothing fires after the input
+    assert handle.fire(50) == [40]
+    assert sorted(s.due(50)) == [("b", "b2"), ("c", "c2")]

@@ -7,8 +7,11 @@ input, and ``handleExpiredTimer`` once per timer the watermark has reached. Arou
 operator's own work, each call does the same, here:
 
 - ``handleInputRows``: the key's input frames as one pandas frame (``pd.concat``), the
-  watermark, the operator's :meth:`Operator.on_input`, the states written
-  (:meth:`Operator.flush`), and the output rows as one frame;
+  watermark, the operator's :meth:`Operator.on_input`, then :meth:`Operator.on_input_done`
+  (a :class:`KeyedOperator` handles there the keys whose time has come, if the bucket's
+  timer has: the slots the input read are still in the cache, so each is read and written
+  once per batch, where the timer firing after the input read and wrote them again), the
+  states written (:meth:`Operator.flush`), and the output rows as one frame;
 - ``handleExpiredTimer``: :meth:`Operator.on_timer` (for a :class:`KeyedOperator`, the keys
   of the bucket whose time has come, :meth:`KeyedOperator.on_due` each), flush, output;
 - the output frame is yielded **only when it has rows**: each frame yielded costs an
@@ -71,6 +74,11 @@ class Operator(StatefulProcessor):
         in one frame, the watermark); the output rows."""
         raise NotImplementedError
 
+    def on_input_done(self, key: Any, watermark_ms: int) -> OutputRows:
+        """After :meth:`on_input`, before the states are written; the output rows (none
+        here)."""
+        return []
+
     def on_timer(self, key: Any, watermark_ms: int, expiry_ms: int) -> OutputRows:
         """A timer of the key at ``expiry_ms`` has fired (``expiry_ms <= watermark_ms``);
         the output rows. Only operators that register timers are called here."""
@@ -83,7 +91,9 @@ class Operator(StatefulProcessor):
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
         batch = pd.concat(list(rows), ignore_index=True)
-        out = self.on_input(key, batch, timerValues.getCurrentWatermarkInMs())
+        watermark = timerValues.getCurrentWatermarkInMs()
+        out = self.on_input(key, batch, watermark)
+        out += self.on_input_done(key, watermark)
         self.flush()
         if out:  # each frame yielded costs an Arrow batch to the JVM, even an empty one
             yield pd.DataFrame(out, columns=self._columns)
@@ -129,9 +139,17 @@ class KeyedOperator(Operator):
         rows."""
         raise NotImplementedError
 
+    def on_input_done(self, key: Any, watermark_ms: int) -> OutputRows:
+        if self._resolution_ms is None:
+            return []
+        return self._handle_due(self.states.due_now(watermark_ms), watermark_ms)
+
     def on_timer(self, key: Any, watermark_ms: int, expiry_ms: int) -> OutputRows:
+        return self._handle_due(self.states.due(watermark_ms), watermark_ms)
+
+    def _handle_due(self, due: list[tuple[str, Any]], watermark_ms: int) -> OutputRows:
         out: OutputRows = []
-        for name, state in self.states.due(watermark_ms):
+        for name, state in due:
             out += self.on_due(name, state, watermark_ms)
         return out
 

@@ -33,6 +33,13 @@ listed. A key is thus handled at most ``resolution_ms`` of event time after its 
 never before it: its state is held that much longer. A timer per listed time instead cost
 hundreds of timer calls per bucket in a micro-batch that covers minutes of event time.
 
+**Due with the input** (:meth:`KeyedStates.due_now`): Spark fires a bucket's timer after
+the batch's input, when the input's call has already written the slots; the timer's call
+then read and wrote most of them again. When a bucket has input in a batch whose watermark
+has reached its timer, the keys due are swept in the input's call instead, with its slots
+still cached, and the timer is deleted before it fires: each slot is read and written once
+per batch (``fraud_alerts`` 15,158 → 21,333 events/s, BENCHMARKS.md).
+
 **Pages of times.** The time → keys lists are kept a minute of event time to a map state
 entry (a *page*, :data:`PAGE_MS`, keyed by its first possible time, the value a JSON object
 time → keys): a micro-batch that moves the watermark by minutes passes hundreds of listed times per
@@ -116,6 +123,9 @@ class KeyedStates:
         self._pending: dict[int, set[str]] = {}
         self._swept: list[int] | None = None
         """After :meth:`due`: the times still listed (the bucket's timer has fired)."""
+        self._expired: int | None = None
+        """After :meth:`due_now`: the watermark at or below which the bucket's registered
+        timers are to be deleted (swept before they fired)."""
 
     def _slot(self, key: str) -> tuple[int, dict[str, list[Any]]]:
         slot = zlib.crc32(key.encode()) % self._slot_count
@@ -181,6 +191,20 @@ class KeyedStates:
         self._swept = later
         return waiting
 
+    def due_now(self, watermark_ms: int) -> list[tuple[str, Any]]:
+        """From ``handleInputRows``: :meth:`due`, if the bucket's timer has come (its
+        earliest listed time is at or below the watermark), else nothing. The timer is then
+        deleted at :meth:`flush`, so it does not fire after the batch's input: the keys due
+        are handled while the slots the input read are in the cache, and each slot is read
+        and written once per batch, not once for the input and again for the timer."""
+        if self._timer is None:
+            raise ValueError("these states have no timers (no resolution_ms)")
+        stored = self._timer.get()
+        if stored is None or int(stored[0]) > watermark_ms:
+            return []
+        self._expired = watermark_ms
+        return self.due(watermark_ms)
+
     def _read_page(self, page: int) -> dict[int, list[str]]:
         assert self._due is not None
         stored = self._due.getValue((page,))
@@ -223,6 +247,7 @@ class KeyedStates:
         self._dirty.clear()
         self._pending.clear()
         self._swept = None
+        self._expired = None
 
     def _keep_timer(self) -> None:
         assert self._timer is not None
@@ -235,12 +260,16 @@ class KeyedStates:
             if current is not None and current <= min(listed):
                 return
             registered: set[int] = set()
-        else:  # the timer has fired: the next one is the earliest time still listed
+        else:  # the timer has fired, or its keys were swept before (due_now)
             listed += self._swept
+            registered = {int(t) for t in self._handle.listTimers()}
+            if self._expired is not None:  # swept before it fired: it must not fire now
+                for at in sorted(t for t in registered if t <= self._expired):
+                    self._handle.deleteTimer(at)
+                registered = {t for t in registered if t > self._expired}
             if not listed:
                 self._timer.clear()
                 return
-            registered = {int(t) for t in self._handle.listTimers()}
         earliest = min(listed)
         if earliest not in registered:
             self._handle.registerTimer(earliest)
