@@ -75,7 +75,6 @@ state of about a 16,384th of the keys (:data:`SLOTS_PER_BUCKET` slots per bucket
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -88,7 +87,7 @@ from pyspark.sql.types import StructType
 from riverbed.pipelines.operators.base import OUTPUT_SCHEMA, KeyedOperator, OutputRows, by_bucket
 from riverbed.pipelines.operators.changelog import Change, MalformedChange, parse_change
 from riverbed.pipelines.operators.inputs import with_event_time
-from riverbed.pipelines.operators.json_rows import Row, dumps
+from riverbed.pipelines.operators.json_rows import Row, dumps, loads
 from riverbed.pipelines.operators.versioned_row import Version, VersionedRow
 
 __all__ = ["AsOfJoin", "as_of_join"]
@@ -311,7 +310,7 @@ def _by_key(
         key = table_key if isinstance(table_key, str) else None
         if isinstance(text, str):
             if isinstance(event_id, str) and ts is not None and not pd.isna(ts):
-                events.setdefault(key, {})[event_id] = (event_id, int(ts), json.loads(text))
+                events.setdefault(key, {})[event_id] = (event_id, int(ts), loads(text))
         elif isinstance(change_value, str) and key is not None:
             try:
                 change = parse_change(

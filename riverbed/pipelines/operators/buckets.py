@@ -54,7 +54,6 @@ checkpoint, as changing ``spark.sql.shuffle.partitions`` does.
 
 from __future__ import annotations
 
-import json
 import zlib
 from typing import Any
 
@@ -62,7 +61,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 
-from riverbed.pipelines.operators.json_rows import dumps
+from riverbed.pipelines.operators.json_rows import loads, state_text
 
 __all__ = ["BUCKET", "BUCKETS", "PAGE_MS", "SLOTS", "KeyedStates", "bucket_of", "round_up"]
 
@@ -132,7 +131,7 @@ class KeyedStates:
         entries = self._slots.get(slot)
         if entries is None:
             stored = self._slots_state.getValue((slot,))
-            entries = {} if stored is None else json.loads(stored[0])
+            entries = {} if stored is None else loads(stored[0])
             self._slots[slot] = entries
         return slot, entries
 
@@ -210,7 +209,7 @@ class KeyedStates:
         stored = self._due.getValue((page,))
         if stored is None:
             return {}
-        listed = json.loads(stored[0])
+        listed = loads(stored[0])
         if isinstance(listed, list):  # one time's list, as kept before pages
             return {page: listed}
         return {int(at): keys for at, keys in listed.items()}
@@ -218,7 +217,7 @@ class KeyedStates:
     def _write_page(self, page: int, listed: dict[int, list[str]]) -> None:
         assert self._due is not None
         if listed:
-            text = dumps({str(at): keys for at, keys in sorted(listed.items())})
+            text = state_text({str(at): keys for at, keys in sorted(listed.items())})
             self._due.updateValue((page,), (text,))
         else:
             self._due.removeKey((page,))
@@ -230,7 +229,7 @@ class KeyedStates:
         for slot in sorted(self._dirty):
             entries = self._slots[slot]
             if entries:
-                self._slots_state.updateValue((slot,), (dumps(entries),))
+                self._slots_state.updateValue((slot,), (state_text(entries),))
             else:
                 self._slots_state.removeKey((slot,))
         if self._due is not None and self._timer is not None:

@@ -7,6 +7,9 @@ Nothing here knows Spark: the pure logic and the Spark operators both use it.
   keys and values, and of the states the operators keep;
 - :func:`json_text`: the canonical JSON text of a value (keys sorted): the name of a key
   in state maps, equal for equal values;
+- :func:`state_text` and :func:`loads`: a state's JSON text written and any JSON text read
+  with orjson (a slot of states is read and written every micro-batch that touches it:
+  orjson reads it about twice and writes it about ten times as fast as ``json``);
 - :func:`plain`: a numpy scalar (a grouping key as PySpark hands it over) as the Python
   value that JSON can encode.
 """
@@ -17,8 +20,9 @@ import json
 from typing import Any
 
 import numpy as np
+import orjson
 
-__all__ = ["Json", "Row", "dumps", "json_text", "plain"]
+__all__ = ["Json", "Row", "dumps", "json_text", "loads", "plain", "state_text"]
 
 Json = Any
 """A JSON value (what json.dumps accepts)."""
@@ -29,6 +33,26 @@ Row = dict[str, Json]
 def dumps(value: Json) -> str:
     """The compact JSON text of ``value`` (no spaces, non-ASCII as it is)."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def state_text(value: Json) -> str:
+    """Compact JSON text of ``value`` for a state, as :func:`dumps` writes it but for floats,
+    written in their shortest form (``1e16``, not ``1e+16``), which :func:`loads` reads back
+    to the same value. An integer beyond 64 bits, which orjson refuses, is written by
+    ``json``."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return dumps(value)
+
+
+def loads(text: str | bytes) -> Json:
+    """The value of JSON text; the ``NaN`` and ``Infinity`` that ``json`` writes (and orjson
+    refuses) are read too."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
 
 
 def json_text(value: Json) -> str:

@@ -44,7 +44,6 @@ transaction, so each exactly once.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -54,7 +53,7 @@ from pyspark.sql import functions as F
 
 from riverbed.pipelines.operators.base import OUTPUT_SCHEMA, KeyedOperator, OutputRows, by_bucket
 from riverbed.pipelines.operators.cep import Event, Match, OrderedMatcher, Pattern
-from riverbed.pipelines.operators.json_rows import dumps
+from riverbed.pipelines.operators.json_rows import dumps, loads
 
 __all__ = ["EVENT", "KEY", "TIMER_RESOLUTION_MS", "PatternMatches", "late_reason", "match_pattern"]
 
@@ -107,7 +106,7 @@ class PatternMatches(KeyedOperator):
     def on_input(self, key: Any, batch: pd.DataFrame, watermark_ms: int) -> OutputRows:
         by_key: dict[str, list[Event]] = {}
         for value, text in zip(batch[KEY].tolist(), batch[EVENT].tolist(), strict=True):
-            by_key.setdefault(dumps(value), []).append(json.loads(text))
+            by_key.setdefault(dumps(value), []).append(loads(text))
         out: OutputRows = []
         for name, events in by_key.items():
             out += self._advance(name, self.states.get(name), events, watermark_ms)
