@@ -67,6 +67,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from riverbed.pipelines.operators.json_rows import dumps, json_text
+
 __all__ = [
     "ONCE",
     "Contiguity",
@@ -164,13 +166,8 @@ def _ts(event: Mapping[str, Any]) -> int:
     return ts
 
 
-def _canonical(event: Mapping[str, Any]) -> str:
-    """The JSON text that orders events equal in ``ts`` and tie-break (keys sorted)."""
-    return json.dumps(event, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 def _encode(value: dict[str, Any]) -> str:
-    return json.dumps({"v": STATE_VERSION, **value}, separators=(",", ":"), ensure_ascii=False)
+    return dumps({"v": STATE_VERSION, **value})
 
 
 def _decode(state: str) -> dict[str, Any]:
@@ -367,8 +364,8 @@ class EventTimeBuffer:
         low = bisect.bisect_left(self._held, key, key=self.order)
         high = bisect.bisect_right(self._held, key, lo=low, key=self.order)
         if low < high:
-            texts = [_canonical(e) for e in self._held[low:high]]
-            low += bisect.bisect_right(texts, _canonical(event))
+            texts = [json_text(e) for e in self._held[low:high]]
+            low += bisect.bisect_right(texts, json_text(event))
         self._held.insert(low, event)
 
     def advance(self, events: Iterable[Mapping[str, Any]], *, watermark_ms: int) -> Released:
@@ -451,7 +448,7 @@ class OrderedMatcher:
         return {"v": STATE_VERSION, "buffer": self.buffer._dump(), "matcher": self.matcher._dump()}
 
     def to_state(self) -> str:
-        return json.dumps(self.to_obj(), separators=(",", ":"), ensure_ascii=False)
+        return dumps(self.to_obj())
 
     @classmethod
     def from_obj(cls, value: Any, *, pattern: Pattern, tiebreak_field: str) -> OrderedMatcher:
