@@ -1,8 +1,8 @@
 """What the benchmarks share (not a benchmark): the machine line every one prints, the broker
 as a child process, the producer they fill topics with, CPU seconds, percentiles, and the
-pipeline benchmarks' streaming query and watermark. The benchmarks import it as
-``_common`` (``python benchmarks/NAME.py`` puts benchmarks/ on the path); reading topics
-back and the pipelines' references are riverbed.testing's.
+pipeline benchmarks' streaming query, watermark and tail of their outputs. The benchmarks
+import it as ``_common`` (``python benchmarks/NAME.py`` puts benchmarks/ on the path);
+reading topics back and the pipelines' references are riverbed.testing's.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psutil
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -303,6 +304,46 @@ def run_to_end(
     if query.exception() is not None:
         raise SystemExit(f"{pipeline.name} failed: {query.exception()}")
     return TimedQuery(seconds, [json.loads(p.json) for p in query.recentProgress], cpu_s)
+
+
+class ResultTail:
+    """Receives partition 0 of each of ``topics`` from its start, read_committed, in a
+    thread, as the latency benchmarks watch a pipeline's outputs (fetch waits of 10 ms, not
+    librdkafka's 500): ``records``, (receive time ms, topic, value as JSON, None for a
+    tombstone) per record. Consumer errors are skipped: librdkafka retries on its own."""
+
+    def __init__(self, bootstrap: str, topics: Sequence[str]) -> None:
+        self.records: list[tuple[int, str, Any]] = []
+        self._stopping = threading.Event()
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"tail-{uuid.uuid4().hex}",  # assign() only: no membership
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "fetch.wait.max.ms": 10,
+                "fetch.queue.backoff.ms": 10,
+            }
+        )
+        self._consumer.assign([TopicPartition(topic, 0, 0) for topic in topics])
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            message = self._consumer.poll(0.1)
+            if message is None or message.error() is not None:
+                continue
+            received_ms = time.time_ns() // 1_000_000
+            value = message.value()
+            topic = message.topic()
+            assert topic is not None  # a record
+            self.records.append((received_ms, topic, None if value is None else json.loads(value)))
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join()
+        self._consumer.close()
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:

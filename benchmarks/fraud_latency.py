@@ -32,16 +32,12 @@ import argparse
 import json
 import statistics
 import tempfile
-import threading
 import time
-import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-from _common import machine, percentile, pipeline_query, start_broker
-from confluent_kafka import Consumer, KafkaError, Producer
+from _common import ResultTail, machine, percentile, pipeline_query, start_broker
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 import riverbed.spark
@@ -68,50 +64,6 @@ def create_topics(bootstrap: str) -> None:
     ]
     for future in admin.create_topics(wanted).values():
         future.result(timeout=30)
-
-
-@dataclass
-class Tail:
-    """Receives ``fraud_alerts`` (read_committed) in a thread: (receive time ms, value)."""
-
-    bootstrap: str
-    alerts: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
-    stopping: threading.Event = field(default_factory=threading.Event)
-
-    def __post_init__(self) -> None:
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": f"tail-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "auto.offset.reset": "earliest",
-                "fetch.wait.max.ms": 10,
-                "fetch.queue.backoff.ms": 10,
-            }
-        )
-        consumer.subscribe([ALERTS])
-        try:
-            while not self.stopping.is_set():
-                message = consumer.poll(0.1)
-                if message is None:
-                    continue
-                if message.error() is not None:
-                    if message.error().code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise SystemExit(f"tail: {message.error()}")
-                received = time.time_ns() // 1_000_000
-                self.alerts.append((received, json.loads(message.value() or b"{}")))
-        finally:
-            consumer.close()
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.thread.join(30)
 
 
 def payment(payment_id: str, card: str, status: str, ts_ms: int) -> bytes:
@@ -191,7 +143,7 @@ def main() -> None:
         )
         try:
             create_topics(bootstrap)
-            tail = Tail(bootstrap)
+            tail = ResultTail(bootstrap, [ALERTS])
             query = pipeline_query(
                 spark, PIPELINE, bootstrap, root / "checkpoint", trigger_ms=args.trigger_ms
             )
@@ -207,7 +159,7 @@ def main() -> None:
             process.terminate()
             process.wait(60)
     produced, after_watermark = [], []
-    for received, alert in tail.alerts:
+    for received, _, alert in tail.records:
         handed = approvals.get(alert["payment_id"])
         if handed is None:
             continue  # an alert from the random declines, not a fraud sequence
@@ -217,7 +169,7 @@ def main() -> None:
         f"{args.rate:,} payments/s for {args.seconds:.0f} s, trigger {args.trigger_ms} ms: "
         f"{len(approvals):,} fraud sequences, {len(produced):,} of their alerts received "
         "(none of the last 2 minutes') "
-        f"({len(tail.alerts):,} alerts in all), {len(batches)} micro-batches",
+        f"({len(tail.records):,} alerts in all), {len(batches)} micro-batches",
         flush=True,
     )
     if not produced:

@@ -50,11 +50,9 @@ import itertools
 import json
 import statistics
 import tempfile
-import threading
 import time
-import uuid
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -62,6 +60,7 @@ from typing import Any
 import numpy as np
 from _common import (
     PRODUCER_SETTINGS,
+    ResultTail,
     machine,
     percentile,
     pipeline_query,
@@ -70,7 +69,7 @@ from _common import (
     start_broker,
     watermark_ms,
 )
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from pyspark.sql import SparkSession
 
@@ -286,49 +285,6 @@ def throughput(spark: SparkSession, bootstrap: str, root: Path, args: argparse.N
     )
 
 
-@dataclass
-class Tail:
-    """Receives ``page_views_per_minute`` (read_committed) in a thread: (receive time ms,
-    window end, page) per result."""
-
-    bootstrap: str
-    results: list[tuple[int, int, str]] = field(default_factory=list)
-    late: int = 0
-    stopping: threading.Event = field(default_factory=threading.Event)
-
-    def __post_init__(self) -> None:
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": f"tail-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "fetch.wait.max.ms": 10,
-                "fetch.queue.backoff.ms": 10,
-            }
-        )
-        consumer.assign([TopicPartition(OUTPUT, 0, 0), TopicPartition(LATE, 0, 0)])
-        while not self.stopping.is_set():
-            message = consumer.poll(0.1)
-            if message is None or message.error() is not None:
-                continue
-            received_ms = time.time_ns() // 1_000_000
-            if message.topic() == LATE:
-                self.late += 1
-                continue
-            value = json.loads(message.value() or b"")
-            self.results.append((received_ms, value["window_end"], value["page"]))
-        consumer.close()
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.thread.join()
-
-
 def paced_produce(bootstrap: str, rate: int, seconds: float) -> int:
     """Page views stamped with the wall-clock time, ``rate`` a second, in 10 ms steps."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
@@ -387,7 +343,7 @@ def latency(spark: SparkSession, root: Path, args: argparse.Namespace) -> None:
     process, bootstrap = start_broker(root / "latency-data")
     try:
         create_topics(bootstrap, fresh=False)
-        tail = Tail(bootstrap)
+        tail = ResultTail(bootstrap, [OUTPUT, LATE])
         query = pipeline_query(
             spark, PIPELINE, bootstrap, root / "cp-latency", trigger_ms=args.trigger_ms
         )
@@ -399,14 +355,17 @@ def latency(spark: SparkSession, root: Path, args: argparse.Namespace) -> None:
     finally:
         process.terminate()
         process.wait(60)
+    results = [(received_ms, value["window_end"], value["page"])
+               for received_ms, topic, value in tail.records if topic == OUTPUT]  # fmt: skip
+    late = sum(topic == LATE for _, topic, _ in tail.records)
     print(
         f"latency run: {sent:,} page views in {args.latency_seconds:.0f} s "
         f"({sent / args.latency_seconds:,.0f}/s), trigger {args.trigger_ms} ms, "
-        f"{len(batches)} batches, {tail.late} late events",
+        f"{len(batches)} batches, {late} late events",
         flush=True,
     )
     by_window: dict[int, list[int]] = {}
-    for received_ms, window_end, _ in tail.results:
+    for received_ms, window_end, _ in results:
         by_window.setdefault(window_end, []).append(received_ms)
     warm = batches[len(batches) // 10 :]  # the first batches start Spark's Python workers
     closers = {pair[1]["batchId"] for end in by_window if (pair := closing(batches, end))}
@@ -434,7 +393,7 @@ def latency(spark: SparkSession, root: Path, args: argparse.Namespace) -> None:
             f"{timeline(batches, window_end)}",
             flush=True,
         )
-    rows_after = [r - (w + WATERMARK_DELAY_MS) for r, w, _ in tail.results]
+    rows_after = [r - (w + WATERMARK_DELAY_MS) for r, w, _ in results]
     target_ms = 2 * args.trigger_ms
     print(
         f"latency after the watermark could pass the window's end ({len(by_window)} windows, "
