@@ -1,12 +1,13 @@
 """What one state call of PySpark's ``transformWithStateInPandas`` costs, on local[2].
 
     .venv/bin/python benchmarks/tws_state_calls.py [--keys 40000] [--groups 8] [--batches 4]
+        [--value-bytes 100]
 
 Why riverbed's per-key operators group by a hash bucket
 (:mod:`riverbed.pipelines.operators.buckets`): PySpark runs the processor in a Python
 worker and every state access is a round trip over a socket to the JVM. This measures,
-inside ``handleInputRows``, the time per
-``MapState.getValue`` and per ``updateValue`` (a 100-character value), and the fixed cost
+inside ``handleInputRows``, the time per ``MapState.getValue`` (of a key not yet written)
+and per ``updateValue`` (a value of ``--value-bytes`` characters), and the fixed cost
 of a group (a query whose every key is a group of its own, against one with ``--groups``
 groups, over the same records). ``--keys`` records (distinct keys) are written as Parquet
 files, ``--batches`` files read one per micro-batch (``maxFilesPerTrigger`` 1), the RocksDB
@@ -37,15 +38,14 @@ from pyspark.sql.streaming.stateful_processor import (
 
 import riverbed.spark
 
-VALUE = "x" * 100
-
 
 class TimedMapState(StatefulProcessor):
     """Reads and writes one map state entry per input row, timing the calls into
     ``log`` (one JSON line per call of handleInputRows: rows, get seconds, update seconds)."""
 
-    def __init__(self, log: str) -> None:
+    def __init__(self, log: str, value_bytes: int) -> None:
         self.log = log
+        self.value = "x" * value_bytes
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.map = handle.getMapState("m", "key STRING", "value STRING")
@@ -59,7 +59,7 @@ class TimedMapState(StatefulProcessor):
             self.map.getValue((k,))
         t1 = time.perf_counter()
         for k in keys:
-            self.map.updateValue((k,), (VALUE,))
+            self.map.updateValue((k,), (self.value,))
         t2 = time.perf_counter()
         with open(self.log, "a", encoding="utf-8") as f:
             f.write(json.dumps([len(keys), t1 - t0, t2 - t1]) + "\n")
@@ -70,12 +70,16 @@ class TimedMapState(StatefulProcessor):
 
 
 def run(
-    spark: SparkSession, source: DataFrame, group: str, log: Path, checkpoint: Path
+    spark: SparkSession,
+    source: DataFrame,
+    group: str,
+    processor: TimedMapState,
+    checkpoint: Path,
 ) -> list[float]:
     """The query's batch durations (ms), grouped by ``group``."""
     query = (
         source.groupBy(group)
-        .transformWithStateInPandas(TimedMapState(str(log)), "n LONG", "append", "None")
+        .transformWithStateInPandas(processor, "n LONG", "append", "None")
         .writeStream.format("noop")
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
@@ -94,6 +98,7 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=40_000, help="input records (distinct keys)")
     parser.add_argument("--groups", type=int, default=8, help="groups of the bucketed query")
     parser.add_argument("--batches", type=int, default=4, help="micro-batches")
+    parser.add_argument("--value-bytes", type=int, default=100, help="size of each value written")
     args = parser.parse_args()
     spark = riverbed.spark.session(
         "tws-state-calls", master="local[2]", config={"spark.sql.shuffle.partitions": "2"}
@@ -118,7 +123,8 @@ def main() -> None:
         per_record: dict[str, float] = {}
         for group, what in (("b", f"{args.groups} groups"), ("k", "one group per key")):
             log = Path(tmp) / f"{group}.log"
-            durations = run(spark, source, group, log, Path(tmp) / f"checkpoint-{group}")
+            processor = TimedMapState(str(log), args.value_bytes)
+            durations = run(spark, source, group, processor, Path(tmp) / f"checkpoint-{group}")
             per_record[group] = statistics.median(durations[1:]) * 1e3 / (args.keys / args.batches)
             print(f"{what}: batches of {args.keys // args.batches:,} records took "
                   f"{', '.join(f'{d:,.0f}' for d in durations)} ms (the first starts up); "

@@ -34,6 +34,10 @@ class MemoryMapState:
         self.calls += 1
         return iter(list(self.entries))
 
+    def iterator(self) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...]]]:
+        self.calls += 1  # PySpark fetches the entries in batches: a call or a few
+        return iter(list(self.entries.items()))
+
 
 class MemoryValueState:
     def __init__(self) -> None:
@@ -129,6 +133,40 @@ def test_a_slot_is_read_and_written_once_per_flush() -> None:
         s.remove(key)
     s.flush()
     assert stored.entries == {}
+
+
+def test_a_call_that_reads_many_keys_reads_the_whole_bucket_at_once() -> None:
+    handle = MemoryHandle()
+    s = states(handle, None, slots=16)
+    keys = [f"k{i}" for i in range(40)]
+    for key in keys[:30]:
+        s.put(key, key.upper())
+    s.flush()
+    stored = handle.maps["s"]
+    stored.calls = 0
+    s.expect(3)  # fewer than a quarter of the slots: read slot by slot, as they come
+    assert stored.calls == 0
+    s.expect(4)
+    assert stored.calls == 1  # one iteration of the map
+    assert [s.get(key) for key in keys] == [k.upper() for k in keys[:30]] + [None] * 10
+    s.put("k35", "K35")  # a slot that held nothing yet
+    assert stored.calls == 1  # every slot came with the iteration, empty ones too
+    s.expect(40)  # the cache holds them all: nothing more to read
+    assert stored.calls == 1
+    s.flush()
+    assert states(handle, None, slots=16).get("k35") == "K35"
+
+
+def test_a_sweep_of_many_keys_reads_the_whole_bucket_at_once() -> None:
+    handle = MemoryHandle()
+    s = states(handle, resolution_ms=10, slots=16)
+    for i in range(20):
+        s.put(f"k{i}", i, due_ms=5)
+    s.flush()
+    slots = handle.maps["s"]
+    slots.calls = 0
+    assert sorted(s.due(10)) == sorted((f"k{i}", i) for i in range(20))
+    assert slots.calls == 1  # one iteration, not a read per slot
 
 
 def test_the_bucket_timer_is_at_the_earliest_listed_time_and_stale_listings_skipped() -> None:

@@ -183,7 +183,9 @@ class AsOfJoin(KeyedOperator):
     def on_input(self, key: Any, batch: pd.DataFrame, watermark_ms: int) -> OutputRows:
         horizon = watermark_ms - self.retention_ms
         out: OutputRows = []
-        for table_key, (events, changes) in _by_key(batch, self.columns).items():
+        by_key = _by_key(batch, self.columns)
+        self.states.expect(len(by_key))
+        for table_key, (events, changes) in by_key.items():
             if table_key is None:  # no table key: nothing to join with, nothing to correct
                 out += [self._joined(event, None) for _, _, event in events]
                 continue

@@ -155,7 +155,9 @@ class RouteLeftRows(KeyedOperator):
 
     def on_input(self, key: Any, batch: pd.DataFrame, watermark_ms: int) -> OutputRows:
         routed: list[LeftRow] = []
-        for name, own in _by_key(_changes(batch)).items():
+        by_key = _by_key(_changes(batch))
+        self.states.expect(len(by_key))
+        for name, own in by_key.items():
             stored = self.states.get(name)
             state = RowState() if stored is None else RowState.from_obj(stored)
             routed.extend(route_left(state, own, self.spec))
@@ -198,7 +200,9 @@ class JoinKeyStage(KeyedOperator):
                 )
             )
         out: OutputRows = []
-        for name in sorted(right.keys() | left.keys()):
+        names = sorted(right.keys() | left.keys())
+        self.states.expect(len(names))
+        for name in names:
             state = _join_key_state(self.states.get(name))
             for c in state.apply(
                 json.loads(name), self.spec, right=right.get(name, ()), left=left.get(name, ())

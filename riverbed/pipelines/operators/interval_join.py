@@ -101,7 +101,9 @@ class IntervalJoin(KeyedOperator):
 
     def on_input(self, key: Any, batch: pd.DataFrame, watermark_ms: int) -> OutputRows:
         out: OutputRows = []
-        for name, (lefts, rights) in self._by_key(batch).items():
+        by_key = self._by_key(batch)
+        self.states.expect(len(by_key))
+        for name, (lefts, rights) in by_key.items():
             stored = self.states.get(name)
             state = IntervalJoinState() if stored is None else IntervalJoinState.from_obj(stored)
             new, joined = state.add(self.condition, lefts=lefts, rights=rights)

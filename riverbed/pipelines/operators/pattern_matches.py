@@ -107,6 +107,7 @@ class PatternMatches(KeyedOperator):
         by_key: dict[str, list[Event]] = {}
         for value, text in zip(batch[KEY].tolist(), batch[EVENT].tolist(), strict=True):
             by_key.setdefault(dumps(value), []).append(loads(text))
+        self.states.expect(len(by_key))
         out: OutputRows = []
         for name, events in by_key.items():
             out += self._advance(name, self.states.get(name), events, watermark_ms)
