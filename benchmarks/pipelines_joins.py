@@ -108,6 +108,7 @@ import riverbed.spark
 from riverbed.cdc.changes import SnapshotRecords, dumps
 from riverbed.cdc.envelope import Source, change_event
 from riverbed.cdc.preflight import TableInfo
+from riverbed.pipelines.operators.buckets import LAYOUT
 from riverbed.pipelines.shop import PIPELINES
 from riverbed.testing.references import (
     category_sales,
@@ -588,7 +589,8 @@ def state_contents(spark: SparkSession, checkpoint: Path) -> dict[int, list[Stat
                 and frame.schema["user_map_value"].dataType.simpleString() == "struct<keys:string>"
             ):
                 blob = F.col("user_map_value.keys")
-                in_slot = F.when(blob.startswith("{"), F.size(F.json_object_keys(blob)))
+                names = F.filter(F.json_object_keys(blob), lambda name: name != LAYOUT)
+                in_slot = F.when(blob.startswith("{"), F.size(names))
                 keys = (frame.agg(F.sum(in_slot)).first() or (None,))[0]
             variables.append(StateVariable(name, rows, json_bytes or 0, keys))
     return found

@@ -3,6 +3,8 @@ handle that behaves as Spark's map states and event-time timers do."""
 
 from __future__ import annotations
 
+import json
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from riverbed.pipelines.operators.buckets import KeyedStates, round_up
+from riverbed.pipelines.operators.buckets import LAYOUT_SLOT, KeyedStates, round_up
+from riverbed.pipelines.operators.json_rows import json_text
 
 
 class MemoryMapState:
@@ -122,17 +125,20 @@ def test_a_slot_is_read_and_written_once_per_flush() -> None:
         s.put(key, key)
     s.flush()
     stored = handle.maps["s"]
-    assert len(stored.entries) == 3
-    assert stored.calls == 6  # three reads, three writes, for 300 keys
+    assert len(stored.entries) == 3 + 1  # the slots and the layout entry
+    # a new bucket: the first read finds nothing, so the layout entry is read, then the
+    # bucket whole (nothing either); then three slots and the layout written, for 300 keys
+    assert stored.calls == 3 + 4
+    stored.calls = 0
     s.remove("k1")
     for key in keys[2:]:
         assert s.get(key) == key
     s.flush()
-    assert stored.calls == 10  # three reads, one write: only k1's slot changed
+    assert stored.calls == 4  # three reads, one write: only k1's slot changed
     for key in keys:  # a slot left empty is removed
         s.remove(key)
     s.flush()
-    assert stored.entries == {}
+    assert stored.entries == {(LAYOUT_SLOT,): ('{"#":3}',)}
 
 
 def test_a_call_that_reads_many_keys_reads_the_whole_bucket_at_once() -> None:
@@ -322,3 +328,56 @@ def test_keys_due_with_the_input_are_swept_then_and_their_timer_deleted() -> Non
     assert handle.fire(22) == []  # nothing fires after the input
     assert handle.fire(50) == [40]
     assert sorted(s.due(50)) == [("b", "b2"), ("c", "c2")]
+
+
+@given(
+    keys=st.dictionaries(st.text(max_size=6), st.integers(-(2**63), 2**63 - 1), max_size=40),
+    before=st.integers(min_value=1, max_value=9),
+    after=st.integers(min_value=1, max_value=9),
+)
+def test_a_bucket_written_with_other_slots_is_moved_to_these(
+    keys: dict[str, int], before: int, after: int
+) -> None:
+    """The number of slots can change between runs of a checkpoint: every key is found, in
+    one micro-batch the bucket is rewritten in the new layout, and after it no slot of the
+    old one is left."""
+    handle = MemoryHandle()
+    s = states(handle, None, slots=before)
+    for key, value in keys.items():
+        s.put(json_text(key), value)
+    s.flush()
+    s = states(handle, None, slots=after)
+    names = sorted(json_text(key) for key in keys)
+    assert [s.get(name) for name in names] == [keys[json.loads(name)] for name in names]
+    s.flush()
+    stored = handle.maps["s"]
+    assert {slot for (slot,) in stored.entries} <= {LAYOUT_SLOT, *range(after)}
+    stored.calls = 0
+    s = states(handle, None, slots=after)
+    assert [s.get(name) for name in names] == [keys[json.loads(name)] for name in names]
+    assert stored.calls <= after + 1  # no more reading the bucket whole
+
+
+@pytest.mark.parametrize("count", [3, 200])
+def test_slots_written_before_they_named_their_number_are_moved(count: int) -> None:
+    """Checkpoints written before slots named their number have 64 slots per bucket and no
+    layout entry: read with another number, every key is found, whichever slot it is read
+    from first (one that holds keys, or one that is empty in the old layout)."""
+    handle = MemoryHandle()
+    stored = handle.maps.setdefault("s", MemoryMapState())
+    names = [json_text(f"card-{i}") for i in range(count)]
+    old: dict[int, dict[str, list[Any]]] = {}
+    for i, name in enumerate(names):
+        old.setdefault(zlib.crc32(name.encode()) % 64, {})[name] = [i, None]
+    stored.entries = {(slot,): (json.dumps(entries),) for slot, entries in old.items()}
+    empty_reads = [zlib.crc32(name.encode()) % 16 not in old for name in names]
+    assert any(empty_reads) if count == 3 else not all(empty_reads)  # both kinds of first read
+    original = dict(stored.entries)
+    for first in names:
+        stored.entries = dict(original)
+        s = states(handle, None, slots=16)
+        assert s.get(first) == names.index(first)
+        assert [s.get(name) for name in names] == list(range(count))
+    s.flush()
+    assert (LAYOUT_SLOT,) in stored.entries
+    assert all(slot < 16 for (slot,) in stored.entries)

@@ -37,6 +37,7 @@ from riverbed.pipelines.operators.as_of_join import (
 from riverbed.testing.references import enriched_click
 from tests.support.brokers import BrokerProcess
 from tests.support.events import BASE, MINUTE, disordered
+from tests.support.keyed_states import slot_entries
 from tests.support.pipelines import PipelineProcess
 from tests.support.topics import changelog, produce_events, produce_records, read_json
 
@@ -157,8 +158,7 @@ def batch(
 
 def kept(t: TwsTester, bucket: int) -> dict[str, tuple[dict[str, Any], int | None]]:
     """The states of a bucket's keys: key -> (state, the time it is listed under)."""
-    slots = t.peekMapState("keys", bucket)
-    return {k: (v[0], v[1]) for (text,) in slots.values() for k, v in json.loads(text).items()}
+    return {k: (v[0], v[1]) for k, v in slot_entries(t.peekMapState("keys", bucket)).items()}
 
 
 def out(result: pd.DataFrame) -> list[tuple[str, Any, Any]]:

@@ -24,6 +24,7 @@ from riverbed.pipelines.shop.fraud_alerts import alerts_processor
 from riverbed.testing.references import fraud_alerts
 from tests.support.brokers import BrokerProcess
 from tests.support.events import BASE, MINUTE, disordered
+from tests.support.keyed_states import slot_entries
 from tests.support.pipelines import PipelineProcess, late_reasons, stop_once_written
 from tests.support.topics import changelog, keyed, produce_events
 
@@ -156,9 +157,7 @@ def test_processor_lists_each_card_once_and_sends_late_payments_aside() -> None:
 
     def listed() -> int | None:
         """The timer card c1 waits for, or None when it holds nothing (no state)."""
-        slots = tester.peekMapState("matchers", BUCKET_OF_C1)
-        entries = [json.loads(v[0]).get('"c1"') for v in slots.values()]
-        (entry,) = [e for e in entries if e is not None] or [None]
+        entry = slot_entries(tester.peekMapState("matchers", BUCKET_OF_C1)).get('"c1"')
         if entry is None:
             return None
         assert isinstance(entry[1], int)

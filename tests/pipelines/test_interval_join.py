@@ -13,6 +13,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from riverbed.pipelines.operators.interval_join import LEFT, RIGHT, SIDE, IntervalJoin
 from riverbed.pipelines.operators.intervals import Joined, JoinInterval, LeftRow
+from tests.support.keyed_states import slot_entries
 
 OUT = StructType(
     [
@@ -92,11 +93,11 @@ def test_the_callers_columns_and_callbacks() -> None:
 def test_rows_expire_with_the_watermark() -> None:
     t = join_tester()
     rows(t, left("u1", "s1", 1_000, "kite"), right("u1", 900, "p0"))
-    assert len(t.peekMapState("joins", BUCKET)) == 1
+    assert len(slot_entries(t.peekMapState("joins", BUCKET))) == 1
     # s1 can get no on-time right row once the watermark is past 1100, nor p0 a left row
     # past 900: the key's state goes, and the timer writes nothing.
     assert t.setWatermark(1_101).empty
-    assert t.peekMapState("joins", BUCKET) == {}
+    assert slot_entries(t.peekMapState("joins", BUCKET)) == {}
     # A left row with s1's id is new again, and the late p1 has nothing to join.
     assert rows(t, left("u1", "s1", 1_200, "kite"), right("u1", 1_050, "p1")) == [
         ("s1", "left", "kite")

@@ -13,17 +13,18 @@ its own state (:class:`KeyedStates`), a JSON-able value. The bucket is a functio
 alone, so a key's rows always meet in the same bucket, exactly as they met in their own
 group before.
 
-**Slots.** A state access is itself a round trip to the JVM (about 40 µs measured by
-``benchmarks/tws_state_calls.py``), so the keys' states are not one map state entry each:
+**Slots.** A state access is itself a round trip to the JVM (40 µs measured by
+``benchmarks/tws_state_calls.py`` on the Intel machine, 340 µs on a slower day of the AMD
+one), so the keys' states are not one map state entry each:
 the bucket's keys are spread over ``slots`` entries (a CRC-32 of the key modulo
 ``slots``), each one JSON object of its keys' states, read once and written once per batch
-that touches it. A large batch then costs a few thousand state calls instead of two per
+that touches it. A large batch then costs a thousand or two state calls instead of two per
 key, at the price of rewriting a whole slot for a change to one of its keys: with
-:data:`BUCKETS` times :data:`SLOTS` = 4,096 slots, 100,000 live keys make slots of about 25
+:data:`BUCKETS` times :data:`SLOTS` = 1,024 slots, 100,000 live keys make slots of about 100
 keys.
 
 **Reading a bucket at once.** A large micro-batch touches most slots of every bucket
-(``fraud_alerts``: 100,000 payments of 25,000 live cards touch nearly all 4,096), and a
+(``fraud_alerts``: 100,000 payments of 25,000 live cards touch nearly all of them), and a
 ``getValue`` per slot is a round trip each. When an operator is about to read as many keys
 as a quarter of the slots (:meth:`KeyedStates.expect`), the whole bucket is read with one
 iteration of the map state instead, which PySpark fetches a batch of entries per round
@@ -55,8 +56,13 @@ listed) was the bulk of ``fraud_alerts``' time. A page's entry is read and writt
 batch that lists a time in it or sweeps it. An entry that holds a list instead (one time, as
 the lists were kept before pages) is read as that time's list.
 
-The numbers of buckets and slots are part of the state's layout: changing them needs a new
-checkpoint, as changing ``spark.sql.shuffle.partitions`` does.
+**Layout.** The number of buckets is part of the state's layout: changing it needs a new
+checkpoint, as changing ``spark.sql.shuffle.partitions`` does. The number of slots is not:
+each slot names it (an entry :data:`LAYOUT`), and so does the bucket (the map entry
+:data:`LAYOUT_SLOT`, read when a slot read finds nothing). A bucket found in another layout,
+or with slots that name none (written before slots named their number, 64 of them), is
+read whole, its keys moved to their slots in this one and the old slots rewritten or
+removed, in the same micro-batch's state commit.
 """
 
 from __future__ import annotations
@@ -73,6 +79,8 @@ from riverbed.pipelines.operators.json_rows import loads, state_text
 __all__ = [
     "BUCKET",
     "BUCKETS",
+    "LAYOUT",
+    "LAYOUT_SLOT",
     "PAGE_MS",
     "PREFETCH_FRACTION",
     "SLOTS",
@@ -84,8 +92,14 @@ __all__ = [
 BUCKETS = 64
 """Buckets per operator: enough to spread over any sensible number of shuffle partitions,
 few enough that the per-bucket cost stays small in a small micro-batch."""
-SLOTS = 64
-"""Slots per bucket (module docstring)."""
+SLOTS = 16
+"""Slots per bucket (module docstring): few and large. A state call cost about 340 µs plus
+11.5 ns a byte written on the AMD machine (``benchmarks/tws_state_calls.py``,
+BENCHMARKS.md), and a large micro-batch rewrites nearly every slot: ``fraud_alerts``' 14 MiB
+of matchers are 4,096 writes a batch as 64 slots a bucket, 1,024 as 16. Its throughput did
+not change measurably (the wait for a state call overlaps other work), but its batches at
+2,000 payments/s took 3.9 s instead of 4.5 (with :meth:`KeyedStates.expect`). A batch that
+touches a few keys writes a few slots of about 14 KiB instead of 3.6."""
 PAGE_MS = 60_000
 """The event time a page covers, or one listed time when ``resolution_ms`` is longer: a
 page holds every key listed in it, and is written whole when one is added, so a page of
@@ -95,6 +109,13 @@ PREFETCH_FRACTION = 0.25
 (:meth:`KeyedStates.expect`): k keys touch about ``1 - exp(-k / slots)`` of the slots, 22%
 for a quarter as many keys as slots, and the one iteration costs about as much as a few
 ``getValue`` calls."""
+LAYOUT = "#"
+"""The entry of every slot that names the bucket's number of slots (no key is named so: a
+key's name is its JSON text)."""
+LAYOUT_SLOT = -1
+"""The map state entry that names the bucket's number of slots, for a read of an empty
+slot: a slot of no keys, ``{"#": slots}``, so that every entry of the map is a JSON object
+of keys' states."""
 BUCKET = "bucket"
 """The grouping column :func:`bucket_of` is usually given as."""
 
@@ -139,6 +160,12 @@ class KeyedStates:
             self._timer = handle.getValueState(f"{name}_timer", "at LONG")
         self._page_ms = (resolution_ms or 1) * max(1, PAGE_MS // (resolution_ms or 1))
         self._slots: dict[int, dict[str, list[Any]]] = {}
+        self._layout_known = False
+        """Whether this call has seen that the bucket is in this layout (module docstring,
+        "Layout"): a slot read named it, or the bucket was read whole."""
+        self._write_layout = False
+        """Whether :meth:`flush` writes :data:`LAYOUT_SLOT` (the bucket was new, or moved to
+        this layout)."""
         self._dirty: set[int] = set()
         self._pending: dict[int, set[str]] = {}
         self._swept: list[int] | None = None
@@ -147,14 +174,38 @@ class KeyedStates:
         """After :meth:`due_now`: the watermark at or below which the bucket's registered
         timers are to be deleted (swept before they fired)."""
 
+    def _slot_of(self, key: str) -> int:
+        return zlib.crc32(key.encode()) % self._slot_count
+
     def _slot(self, key: str) -> tuple[int, dict[str, list[Any]]]:
-        slot = zlib.crc32(key.encode()) % self._slot_count
+        slot = self._slot_of(key)
         entries = self._slots.get(slot)
         if entries is None:
             stored = self._slots_state.getValue((slot,))
-            entries = {} if stored is None else loads(stored[0])
-            self._slots[slot] = entries
+            if stored is not None:
+                entries = loads(stored[0])
+                if entries.pop(LAYOUT, None) == self._slot_count:
+                    self._layout_known = True
+                    self._slots[slot] = entries
+                    return slot, entries
+            if not self._layout_known:
+                self._check_layout(stored is None)
+            entries = self._slots.setdefault(slot, {} if entries is None else entries)
         return slot, entries
+
+    def _check_layout(self, empty_read: bool) -> None:
+        """A slot read was empty, or did not name this layout: read the bucket whole if it
+        is in another one (or new), to move its keys (module docstring, "Layout")."""
+        if empty_read:
+            stored = self._slots_state.getValue((LAYOUT_SLOT,))
+            if stored is not None and self._names_layout(stored[0]):
+                self._layout_known = True
+                return
+        self.prefetch()
+
+    def _names_layout(self, text: str) -> bool:
+        value = loads(text)
+        return isinstance(value, dict) and value.get(LAYOUT) == self._slot_count
 
     def expect(self, keys: int) -> None:
         """The call is about to read ``keys`` keys' states: when that many keys would touch
@@ -166,11 +217,31 @@ class KeyedStates:
     def prefetch(self) -> None:
         """Read every slot of the bucket into the cache: one iteration of the map state, a
         round trip per batch of entries, instead of a ``getValue`` per slot."""
-        for (slot,), (text,) in self._slots_state.iterator():
-            if int(slot) not in self._slots:
-                self._slots[int(slot)] = loads(text)
+        stored = {int(slot): text for (slot,), (text,) in self._slots_state.iterator()}
+        layout = stored.pop(LAYOUT_SLOT, None)
+        if self._layout_known or (layout is not None and self._names_layout(layout)):
+            for slot, text in stored.items():
+                if slot not in self._slots:
+                    entries = loads(text)
+                    entries.pop(LAYOUT, None)
+                    self._slots[slot] = entries
+        else:  # new, or in another layout: the cache is empty (the first read found that)
+            self._relayout(stored)
+        self._layout_known = True
         for slot in range(self._slot_count):
             self._slots.setdefault(slot, {})
+
+    def _relayout(self, stored: dict[int, str]) -> None:
+        """Move the keys of the slots ``stored`` (all the bucket's, in another layout) to
+        their slots in this one: each old slot is rewritten or removed at :meth:`flush`."""
+        for slot, text in stored.items():
+            entries = loads(text)
+            entries.pop(LAYOUT, None)
+            for key, entry in entries.items():
+                self._slots.setdefault(self._slot_of(key), {})[key] = entry
+            self._dirty.add(slot)
+        self._dirty.update(self._slots)
+        self._write_layout = True
 
     def get(self, key: str) -> Any:
         """The key's state (JSON-able data), or None."""
@@ -264,11 +335,15 @@ class KeyedStates:
         the bucket's timer at the earliest listed time; forget the cache (the next call
         may be another bucket's)."""
         for slot in sorted(self._dirty):
-            entries = self._slots[slot]
+            entries = self._slots.get(slot)  # None: a slot of another layout, moved
             if entries:
-                self._slots_state.updateValue((slot,), (state_text(entries),))
+                text = state_text({LAYOUT: self._slot_count, **entries})
+                self._slots_state.updateValue((slot,), (text,))
             else:
                 self._slots_state.removeKey((slot,))
+        if self._write_layout and self._dirty:
+            layout = state_text({LAYOUT: self._slot_count})
+            self._slots_state.updateValue((LAYOUT_SLOT,), (layout,))
         if self._due is not None and self._timer is not None:
             by_page: dict[int, dict[int, set[str]]] = {}
             for at, keys in self._pending.items():
@@ -280,6 +355,7 @@ class KeyedStates:
                 self._write_page(page, listed)
             self._keep_timer()
         self._slots.clear()
+        self._layout_known = self._write_layout = False
         self._dirty.clear()
         self._pending.clear()
         self._swept = None

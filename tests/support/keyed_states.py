@@ -1,0 +1,21 @@
+"""What riverbed's per-key states hold (:class:`riverbed.pipelines.operators.buckets.
+KeyedStates`), read from a bucket's map state as Spark's ``TwsTester.peekMapState`` gives it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from riverbed.pipelines.operators.buckets import LAYOUT, LAYOUT_SLOT
+
+
+def slot_entries(peeked: Mapping[tuple[Any, ...], tuple[Any, ...]]) -> dict[str, list[Any]]:
+    """Each key's ``[state, listed time]`` in a bucket's slots (``{(slot,): (text,)}``), the
+    entries that name the layout left out."""
+    entries: dict[str, list[Any]] = {}
+    for (slot,), (text,) in peeked.items():
+        if slot != LAYOUT_SLOT:
+            entries.update(json.loads(text))
+    entries.pop(LAYOUT, None)
+    return entries
