@@ -183,8 +183,8 @@ class KeyedStates:
         if entries is None:
             stored = self._slots_state.getValue((slot,))
             if stored is not None:
-                entries = loads(stored[0])
-                if entries.pop(LAYOUT, None) == self._slot_count:
+                entries, named = self._loaded(stored[0])
+                if named:
                     self._layout_known = True
                     self._slots[slot] = entries
                     return slot, entries
@@ -198,14 +198,15 @@ class KeyedStates:
         is in another one (or new), to move its keys (module docstring, "Layout")."""
         if empty_read:
             stored = self._slots_state.getValue((LAYOUT_SLOT,))
-            if stored is not None and self._names_layout(stored[0]):
+            if stored is not None and self._loaded(stored[0])[1]:
                 self._layout_known = True
                 return
         self.prefetch()
 
-    def _names_layout(self, text: str) -> bool:
-        value = loads(text)
-        return isinstance(value, dict) and value.get(LAYOUT) == self._slot_count
+    def _loaded(self, text: str) -> tuple[dict[str, list[Any]], bool]:
+        """A slot's keys read from its text, and whether it names this layout."""
+        entries = loads(text)
+        return entries, entries.pop(LAYOUT, None) == self._slot_count
 
     def expect(self, keys: int) -> None:
         """The call is about to read ``keys`` keys' states: when that many keys would touch
@@ -219,12 +220,10 @@ class KeyedStates:
         round trip per batch of entries, instead of a ``getValue`` per slot."""
         stored = {int(slot): text for (slot,), (text,) in self._slots_state.iterator()}
         layout = stored.pop(LAYOUT_SLOT, None)
-        if self._layout_known or (layout is not None and self._names_layout(layout)):
+        if self._layout_known or (layout is not None and self._loaded(layout)[1]):
             for slot, text in stored.items():
                 if slot not in self._slots:
-                    entries = loads(text)
-                    entries.pop(LAYOUT, None)
-                    self._slots[slot] = entries
+                    self._slots[slot] = self._loaded(text)[0]
         else:  # new, or in another layout: the cache is empty (the first read found that)
             self._relayout(stored)
         self._layout_known = True
@@ -235,9 +234,7 @@ class KeyedStates:
         """Move the keys of the slots ``stored`` (all the bucket's, in another layout) to
         their slots in this one: each old slot is rewritten or removed at :meth:`flush`."""
         for slot, text in stored.items():
-            entries = loads(text)
-            entries.pop(LAYOUT, None)
-            for key, entry in entries.items():
+            for key, entry in self._loaded(text)[0].items():
                 self._slots.setdefault(self._slot_of(key), {})[key] = entry
             self._dirty.add(slot)
         self._dirty.update(self._slots)
