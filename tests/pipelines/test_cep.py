@@ -27,7 +27,7 @@ from riverbed.pipelines.operators.cep import (
     between,
     times,
 )
-from riverbed.pipelines.shop.fraud_alerts import FRAUD, TEN_MINUTES_MS, alert
+from riverbed.pipelines.shop.fraud_alerts import FRAUD, HELD_FIELDS, TEN_MINUTES_MS, alert
 from riverbed.testing.references import fraud_alerts
 
 STRICT, RELAXED = Contiguity.STRICT, Contiguity.RELAXED
@@ -252,6 +252,19 @@ def test_events_equal_in_time_and_tiebreak_are_ordered_by_their_content() -> Non
         assert buffer.advance([], watermark_ms=2).events == events[::-1]
 
 
+def test_the_buffer_holds_only_the_fields_asked_for_and_returns_late_events_whole() -> None:
+    buffer = EventTimeBuffer(tiebreak_field="id", held_fields=("id", "ts", "kind"))
+    late = {"id": "a", "ts": 1, "kind": "x", "note": "n"}
+    out = buffer.advance([late, {"id": "b", "ts": 7, "note": "m"}], watermark_ms=5)
+    assert out.late == [late]
+    assert json.loads(buffer.to_state())["events"] == [{"id": "b", "ts": 7, "kind": None}]
+    again = EventTimeBuffer.from_state(buffer.to_state(), tiebreak_field="id")
+    assert again.advance([], watermark_ms=8).events == [{"id": "b", "ts": 7, "kind": None}]
+    for without in (("id", "kind"), ("ts", "kind")):
+        with pytest.raises(ValueError, match="held_fields must include ts and 'id'"):
+            EventTimeBuffer(tiebreak_field="id", held_fields=without)
+
+
 # -- general patterns against the definition ----------------------------------------------
 
 KINDS = ["a", "b", "ab", "bc", "c"]
@@ -399,8 +412,10 @@ def alerts_of(
     batches: Sequence[tuple[Sequence[Event], int]], round_trips: Sequence[bool] = ()
 ) -> tuple[list[dict[str, Any]], list[Event], OrderedMatcher]:
     """Alerts and late payments for the batches (events, watermark), then the timers until
-    none is left; with ``round_trips[i]``, the state is reloaded after batch ``i``."""
-    matcher, alerts, late = OrderedMatcher(FRAUD, tiebreak_field="payment_id"), [], []
+    none is left; with ``round_trips[i]``, the state is reloaded after batch ``i``. The
+    matcher holds the fields the pipeline's does (``HELD_FIELDS``)."""
+    config: dict[str, Any] = {"tiebreak_field": "payment_id", "held_fields": HELD_FIELDS}
+    matcher, alerts, late = OrderedMatcher(FRAUD, **config), [], []
     for i, (events, watermark) in enumerate(batches):
         out = matcher.advance(events, watermark_ms=watermark)
         alerts += [alert(m)[1] for m in out.matches]
@@ -408,9 +423,9 @@ def alerts_of(
         if i < len(round_trips) and round_trips[i]:
             state = matcher.to_state()
             as_obj = json.loads(json.dumps(matcher.to_obj()))
-            matcher = OrderedMatcher.from_state(state, pattern=FRAUD, tiebreak_field="payment_id")
+            matcher = OrderedMatcher.from_state(state, pattern=FRAUD, **config)
             assert matcher.to_state() == state
-            again = OrderedMatcher.from_obj(as_obj, pattern=FRAUD, tiebreak_field="payment_id")
+            again = OrderedMatcher.from_obj(as_obj, pattern=FRAUD, **config)
             assert again.to_state() == state
     previous = None
     while (timer := matcher.next_timer_ms()) is not None:

@@ -30,6 +30,11 @@ def test_a_state_reads_back_as_written_and_as_json_reads_it(value: Any) -> None:
     assert json.loads(text) == value  # plain JSON, whoever reads it
 
 
+@given(st.text() | st.sampled_from(["c-1", 'a"b', "a\\b", "a\x7fb", "a\nb", "a\x00", "é", ""]))
+def test_a_string_is_written_as_json_writes_it(value: str) -> None:
+    assert dumps(value) == json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
 def test_compact_non_ascii_as_it_is_and_keys_in_their_order() -> None:
     value = {"b": "é€", "a": [1, 2.5, None, True]}
     assert state_text(value) == dumps(value) == '{"b":"é€","a":[1,2.5,null,true]}'

@@ -62,8 +62,8 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -146,6 +146,9 @@ class Pattern:
     steps: tuple[Step, ...]
     contiguity: Contiguity
     within_ms: int
+    shape: _Shape = field(init=False, repr=False, compare=False)
+    """What a :class:`Matcher` derives from the pattern, made once: a matcher is made for
+    every key a micro-batch touches."""
 
     def __post_init__(self) -> None:
         names = [step.name for step in self.steps]
@@ -157,6 +160,7 @@ class Pattern:
                              "a match is emitted by its last event")  # fmt: skip
         if self.within_ms < 0:
             raise ValueError(f"within_ms must not be negative, not {self.within_ms}")
+        object.__setattr__(self, "shape", _shape(self))
 
 
 def _ts(event: Mapping[str, Any]) -> int:
@@ -182,6 +186,32 @@ _State = tuple[int, int]
 step's maximum, or at its minimum when unbounded (beyond it, more make no difference)."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What a :class:`Matcher` derives from its pattern (:attr:`Pattern.shape`)."""
+
+    conditions: tuple[Condition, ...]
+    least: int
+    """The fewest events a match has."""
+    dead_end: int
+    """Strict, with a last step of one event: the mask of an event that can only be that
+    step. It can end a match but never be inside one, so once it has ended none, no later
+    strict match can span it (a payment approved after fewer than 3 declines)."""
+    strict: bool
+
+
+def _shape(pattern: Pattern) -> _Shape:
+    last = len(pattern.steps) - 1
+    once = pattern.steps[last].quantifier.max_count == 1
+    strict = pattern.contiguity is Contiguity.STRICT
+    return _Shape(
+        conditions=tuple(step.condition for step in pattern.steps),
+        least=sum(step.quantifier.min_count for step in pattern.steps),
+        dead_end=1 << last if once and strict else 0,
+        strict=strict,
+    )
+
+
 class Matcher:
     """Matches a pattern in one key's events, fed in event-time order (module docstring).
 
@@ -196,16 +226,9 @@ class Matcher:
 
     def __init__(self, pattern: Pattern) -> None:
         self.pattern = pattern
+        self._shape = pattern.shape
         self._held: list[tuple[Event, int]] = []  # each event and the bit mask of its steps
         self._frontier_ms: int | None = None
-        last = len(pattern.steps) - 1
-        self._least = sum(step.quantifier.min_count for step in pattern.steps)
-        """The fewest events a match has."""
-        once = pattern.steps[last].quantifier.max_count == 1
-        self._dead_end = 1 << last if once and pattern.contiguity is Contiguity.STRICT else 0
-        """Strict, with a last step of one event: the mask of an event that can only be that
-        step. It can end a match but never be inside one, so once it has ended none, no
-        later strict match can span it (a payment approved after fewer than 3 declines)."""
 
     def __len__(self) -> int:
         """The number of events held."""
@@ -231,7 +254,7 @@ class Matcher:
     def next_expiry_ms(self) -> int | None:
         """The watermark from which :meth:`expire` drops an event held now (``None``: none
         held): the time of an event-time timer."""
-        return _ts(self._held[0][0]) + self.pattern.within_ms + 1 if self._held else None
+        return self._held[0][0]["ts"] + self.pattern.within_ms + 1 if self._held else None
 
     def to_state(self) -> str:
         return _encode(self._dump())
@@ -245,20 +268,30 @@ class Matcher:
 
     @classmethod
     def _load(cls, value: Mapping[str, Any], pattern: Pattern) -> Matcher:
+        """The matcher of :meth:`_dump`'s ``value``, whose events it takes as they are (they
+        are never changed, here or by the caller)."""
         matcher = cls(pattern)
         frontier = value["frontier_ms"]
         matcher._frontier_ms = None if frontier is None else int(frontier)
-        matcher._held = [(dict(e), matcher._mask(e)) for e in value["events"]]
+        matcher._held = [(e, matcher._mask(e)) for e in value["events"]]
         return matcher
 
     def _mask(self, event: Mapping[str, Any]) -> int:
-        return sum(1 << i for i, step in enumerate(self.pattern.steps) if step.condition(event))
+        mask, bit = 0, 1
+        for condition in self._shape.conditions:
+            if condition(event):
+                mask |= bit
+            bit <<= 1
+        return mask
 
     def _drop_before(self, ts: int) -> None:
-        kept = 0
-        while kept < len(self._held) and _ts(self._held[kept][0]) < ts:
+        held = self._held
+        if not held or held[0][0]["ts"] >= ts:
+            return
+        kept = 1
+        while kept < len(held) and held[kept][0]["ts"] < ts:
             kept += 1
-        del self._held[:kept]
+        del held[:kept]
 
     def _feed_one(self, event: Event) -> Match | None:
         ts = _ts(event)
@@ -269,14 +302,14 @@ class Matcher:
         self._drop_before(ts - self.pattern.within_ms)
         mask = self._mask(event)
         if not mask:
-            if self.pattern.contiguity is Contiguity.STRICT:
+            if self._shape.strict:
                 self._held.clear()  # no strict match spans this event
             return None
         self._held.append((event, mask))
         if not mask >> (len(self.pattern.steps) - 1) & 1:
             return None
         match = self._best_match()
-        if match is not None or mask == self._dead_end:
+        if match is not None or mask == self._shape.dead_end:
             self._held.clear()  # skip past the last event; or no match can span it
         return match
 
@@ -287,7 +320,7 @@ class Matcher:
         events ``j..n-1`` can complete a match ending with event ``n - 1``; then the earliest
         start whose state can end, and forwards the first move, in order of preference,
         that still can: one pass each way, instead of trying every start and every path."""
-        if len(self._held) < self._least:
+        if len(self._held) < self._shape.least:
             return None
         steps = self.pattern.steps
         last = len(steps) - 1
@@ -342,10 +375,21 @@ class EventTimeBuffer:
     """Holds one key's events until the watermark passes them (module docstring).
 
     State: ``{"v": 1, "watermark_ms": ..., "events": [...]}``, the events held, in
-    event-time order, and the highest watermark seen."""
+    event-time order, and the highest watermark seen.
 
-    def __init__(self, *, tiebreak_field: str) -> None:
+    ``held_fields``: the fields of an event that are held (a missing one as null), when the
+    pattern and its caller read only some (``None``: all of them). The state is read and
+    written whole every micro-batch that touches the key, so what is not needed costs. A
+    late event is returned whole."""
+
+    def __init__(self, *, tiebreak_field: str, held_fields: Sequence[str] | None = None) -> None:
+        if held_fields is not None and (
+            "ts" not in held_fields or tiebreak_field not in held_fields
+        ):
+            raise ValueError(f"held_fields must include ts and {tiebreak_field!r}: "
+                             f"{list(held_fields)}")  # fmt: skip
         self.tiebreak_field = tiebreak_field
+        self.held_fields = held_fields
         self.watermark_ms: int | None = None
         self._held: list[Event] = []
 
@@ -353,14 +397,19 @@ class EventTimeBuffer:
         return len(self._held)
 
     def order(self, event: Mapping[str, Any]) -> tuple[int, Any]:
-        """The sort key of the event-time order, ties aside (:meth:`_insert`)."""
-        return _ts(event), event[self.tiebreak_field]
+        """The sort key of the event-time order, ties aside (:meth:`_insert`), of an event
+        whose ``ts`` has been checked."""
+        return event["ts"], event[self.tiebreak_field]
 
     def _insert(self, event: Event) -> None:
         """Put ``event`` in its place in the held events: by :meth:`order`, then, among
         events equal in it, by JSON text, after any identical event. The text is made only
-        for a tie: making it for every comparison was most of the buffer's cost."""
+        for a tie: making it for every comparison was most of the buffer's cost. Events
+        mostly come in order, so the last held one is compared first."""
         key = self.order(event)
+        if not self._held or self.order(self._held[-1]) < key:
+            self._held.append(event)
+            return
         low = bisect.bisect_left(self._held, key, key=self.order)
         high = bisect.bisect_right(self._held, key, lo=low, key=self.order)
         if low < high:
@@ -374,38 +423,49 @@ class EventTimeBuffer:
         if self.watermark_ms is None or watermark_ms > self.watermark_ms:
             self.watermark_ms = watermark_ms
         late = []
+        fields = self.held_fields
         for event in events:
             if _ts(event) < self.watermark_ms:
                 late.append(dict(event))
-            else:
+            elif fields is None:
                 self._insert(dict(event))
-        passed = 0
-        while passed < len(self._held) and _ts(self._held[passed]) < self.watermark_ms:
+            else:
+                self._insert({name: event.get(name) for name in fields})
+        held, passed = self._held, 0
+        while passed < len(held) and held[passed]["ts"] < self.watermark_ms:
             passed += 1
-        released, self._held = self._held[:passed], self._held[passed:]
+        if not passed:
+            return Released(events=[], late=late)
+        released, self._held = held[:passed], held[passed:]
         return Released(events=released, late=late)
 
     def next_release_ms(self) -> int | None:
         """The watermark from which :meth:`advance` releases an event held now (``None``:
         none held): the time of an event-time timer."""
-        return _ts(self._held[0]) + 1 if self._held else None
+        return self._held[0]["ts"] + 1 if self._held else None
 
     def to_state(self) -> str:
         return _encode(self._dump())
 
     @classmethod
-    def from_state(cls, state: str, *, tiebreak_field: str) -> EventTimeBuffer:
-        return cls._load(_decode(state), tiebreak_field)
+    def from_state(
+        cls, state: str, *, tiebreak_field: str, held_fields: Sequence[str] | None = None
+    ) -> EventTimeBuffer:
+        return cls._load(_decode(state), tiebreak_field, held_fields)
 
     def _dump(self) -> dict[str, Any]:
         return {"watermark_ms": self.watermark_ms, "events": self._held}
 
     @classmethod
-    def _load(cls, value: Mapping[str, Any], tiebreak_field: str) -> EventTimeBuffer:
-        buffer = cls(tiebreak_field=tiebreak_field)
+    def _load(
+        cls, value: Mapping[str, Any], tiebreak_field: str, held_fields: Sequence[str] | None
+    ) -> EventTimeBuffer:
+        """The buffer of :meth:`_dump`'s ``value``, whose events it takes as they are (they
+        are never changed, here or by the caller)."""
+        buffer = cls(tiebreak_field=tiebreak_field, held_fields=held_fields)
         watermark = value["watermark_ms"]
         buffer.watermark_ms = None if watermark is None else int(watermark)
-        buffer._held = [dict(e) for e in value["events"]]  # stored in order (_dump)
+        buffer._held = list(value["events"])  # stored in order (_dump)
         return buffer
 
 
@@ -423,10 +483,13 @@ class OrderedMatcher:
     rows and the current watermark for each micro-batch, and with no events when the timer
     at :meth:`next_timer_ms` fires; store :meth:`to_state` after each call.
 
-    State: ``{"v": 1, "buffer": {...}, "matcher": {...}}`` (the two classes' states)."""
+    State: ``{"v": 1, "buffer": {...}, "matcher": {...}}`` (the two classes' states), the
+    events held being their ``held_fields`` (:class:`EventTimeBuffer`)."""
 
-    def __init__(self, pattern: Pattern, *, tiebreak_field: str) -> None:
-        self.buffer = EventTimeBuffer(tiebreak_field=tiebreak_field)
+    def __init__(
+        self, pattern: Pattern, *, tiebreak_field: str, held_fields: Sequence[str] | None = None
+    ) -> None:
+        self.buffer = EventTimeBuffer(tiebreak_field=tiebreak_field, held_fields=held_fields)
         self.matcher = Matcher(pattern)
 
     def advance(self, events: Iterable[Mapping[str, Any]], *, watermark_ms: int) -> Matched:
@@ -440,8 +503,10 @@ class OrderedMatcher:
     def next_timer_ms(self) -> int | None:
         """The watermark at which to call :meth:`advance` again even without events (to
         release held events or expire partial matches); ``None``: no timer needed."""
-        timers = [self.buffer.next_release_ms(), self.matcher.next_expiry_ms()]
-        return min((t for t in timers if t is not None), default=None)
+        release, expiry = self.buffer.next_release_ms(), self.matcher.next_expiry_ms()
+        if release is None or expiry is None:
+            return expiry if release is None else release
+        return min(release, expiry)
 
     def to_obj(self) -> dict[str, Any]:
         """The state as JSON-able data; :meth:`to_state` is its JSON text."""
@@ -451,15 +516,36 @@ class OrderedMatcher:
         return dumps(self.to_obj())
 
     @classmethod
-    def from_obj(cls, value: Any, *, pattern: Pattern, tiebreak_field: str) -> OrderedMatcher:
-        """The matcher :meth:`to_obj` gave ``value`` of."""
+    def from_obj(
+        cls,
+        value: Any,
+        *,
+        pattern: Pattern,
+        tiebreak_field: str,
+        held_fields: Sequence[str] | None = None,
+    ) -> OrderedMatcher:
+        """The matcher :meth:`to_obj` gave ``value`` of. It holds ``value``'s events as they
+        are, without a copy: the caller must not change them (:meth:`to_obj` hands out the
+        matcher's own lists too)."""
         if not isinstance(value, dict) or value.get("v") != STATE_VERSION:
             raise ValueError(f"not a version {STATE_VERSION} CEP state: {str(value)[:100]!r}")
-        ordered = cls(pattern, tiebreak_field=tiebreak_field)
-        ordered.buffer = EventTimeBuffer._load(value["buffer"], tiebreak_field)
+        ordered = cls.__new__(cls)
+        ordered.buffer = EventTimeBuffer._load(value["buffer"], tiebreak_field, held_fields)
         ordered.matcher = Matcher._load(value["matcher"], pattern)
         return ordered
 
     @classmethod
-    def from_state(cls, state: str, *, pattern: Pattern, tiebreak_field: str) -> OrderedMatcher:
-        return cls.from_obj(json.loads(state), pattern=pattern, tiebreak_field=tiebreak_field)
+    def from_state(
+        cls,
+        state: str,
+        *,
+        pattern: Pattern,
+        tiebreak_field: str,
+        held_fields: Sequence[str] | None = None,
+    ) -> OrderedMatcher:
+        return cls.from_obj(
+            json.loads(state),
+            pattern=pattern,
+            tiebreak_field=tiebreak_field,
+            held_fields=held_fields,
+        )

@@ -80,7 +80,9 @@ def late_reason(ts: int, watermark_ms: int) -> str:
 
 class PatternMatches(KeyedOperator):
     """The matches of ``pattern`` in each key's events, in event-time order, ties broken by
-    ``tiebreak_field`` (module docstring). Must be picklable: Spark sends it to the
+    ``tiebreak_field`` (module docstring); the events held are their ``held_fields``, the
+    fields the pattern's conditions and ``result`` read (``None``: all; a late event is
+    written whole). Must be picklable: Spark sends it to the
     executors, and ``init`` runs there before its first key (and once on the
     driver, to learn the state schema)."""
 
@@ -94,6 +96,7 @@ class PatternMatches(KeyedOperator):
         result: Result,
         late_topic: str,
         late_key_fields: Sequence[str],
+        held_fields: Sequence[str] | None = None,
     ) -> None:
         super().__init__(
             output_schema=OUTPUT_SCHEMA, state_name="matchers", resolution_ms=TIMER_RESOLUTION_MS
@@ -102,6 +105,7 @@ class PatternMatches(KeyedOperator):
         self.key_field, self.tiebreak_field = key_field, tiebreak_field
         self.topic, self.result = topic, result
         self.late_topic, self.late_key_fields = late_topic, list(late_key_fields)
+        self.held_fields = None if held_fields is None else tuple(held_fields)
 
     def on_input(self, key: Any, batch: pd.DataFrame, watermark_ms: int) -> OutputRows:
         by_key: dict[str, list[Event]] = {}
@@ -122,10 +126,15 @@ class PatternMatches(KeyedOperator):
         """Advance the key's matcher, store it, list it for its next timer; the output
         rows."""
         if stored is None:
-            ordered = OrderedMatcher(self.pattern, tiebreak_field=self.tiebreak_field)
+            ordered = OrderedMatcher(
+                self.pattern, tiebreak_field=self.tiebreak_field, held_fields=self.held_fields
+            )
         else:
             ordered = OrderedMatcher.from_obj(
-                stored, pattern=self.pattern, tiebreak_field=self.tiebreak_field
+                stored,
+                pattern=self.pattern,
+                tiebreak_field=self.tiebreak_field,
+                held_fields=self.held_fields,
             )
         matched = ordered.advance(events, watermark_ms=watermark_ms)
         after = ordered.next_timer_ms()

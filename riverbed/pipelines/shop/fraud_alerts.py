@@ -37,6 +37,8 @@ __all__ = ["FRAUD", "alert", "alerts_processor", "build", "payments"]
 APPROVED, DECLINED = "approved", "declined"
 TEN_MINUTES_MS = 10 * MINUTE_MS  # DESIGN.md: "within the 10 minutes (event time) before it"
 MIN_DECLINES = 3  # DESIGN.md: "3 or more declined payments"
+HELD_FIELDS = ("card_id", "payment_id", "status", "ts")
+"""What :data:`FRAUD` and :func:`alert` read of a payment: all a card's state holds of one."""
 
 
 def _declined(payment: Mapping[str, Any]) -> bool:
@@ -91,6 +93,7 @@ def alerts_processor() -> PatternMatches:
         result=alert,
         late_topic="fraud_alerts_late",
         late_key_fields=["payment_id"],
+        held_fields=HELD_FIELDS,
     )
 
 
