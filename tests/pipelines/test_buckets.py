@@ -1,11 +1,11 @@
-"""Per-key states and timers within a bucket (riverbed.pipelines.operators.buckets), on an in-memory
-handle that behaves as Spark's map states and event-time timers do."""
+"""Per-key states and timers within a bucket (riverbed.pipelines.operators.buckets), on the
+in-memory handle of riverbed.testing.memory_states, which behaves as Spark's map states and
+event-time timers do."""
 
 from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,78 +14,7 @@ from hypothesis import strategies as st
 
 from riverbed.pipelines.operators.buckets import LAYOUT_SLOT, KeyedStates, round_up
 from riverbed.pipelines.operators.json_rows import json_text
-
-
-class MemoryMapState:
-    def __init__(self) -> None:
-        self.entries: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-        self.calls = 0
-
-    def getValue(self, key: tuple[Any, ...]) -> tuple[Any, ...] | None:
-        self.calls += 1
-        return self.entries.get(key)
-
-    def updateValue(self, key: tuple[Any, ...], value: tuple[Any, ...]) -> None:
-        self.calls += 1
-        self.entries[key] = value
-
-    def removeKey(self, key: tuple[Any, ...]) -> None:
-        self.calls += 1
-        self.entries.pop(key, None)
-
-    def keys(self) -> Iterator[tuple[Any, ...]]:
-        self.calls += 1
-        return iter(list(self.entries))
-
-    def iterator(self) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...]]]:
-        self.calls += 1  # PySpark fetches the entries in batches: a call or a few
-        return iter(list(self.entries.items()))
-
-
-class MemoryValueState:
-    def __init__(self) -> None:
-        self.value: tuple[Any, ...] | None = None
-
-    def get(self) -> tuple[Any, ...] | None:
-        return self.value
-
-    def update(self, value: tuple[Any, ...]) -> None:
-        self.value = value
-
-    def clear(self) -> None:
-        self.value = None
-
-
-class MemoryHandle:
-    """One bucket's state: map states by name and the registered timers."""
-
-    def __init__(self) -> None:
-        self.maps: dict[str, MemoryMapState] = {}
-        self.values: dict[str, MemoryValueState] = {}
-        self.timers: set[int] = set()
-        self.registrations = 0
-
-    def getMapState(self, name: str, key_schema: str, value_schema: str) -> MemoryMapState:
-        return self.maps.setdefault(name, MemoryMapState())
-
-    def getValueState(self, name: str, schema: str) -> MemoryValueState:
-        return self.values.setdefault(name, MemoryValueState())
-
-    def listTimers(self) -> Iterator[int]:
-        return iter(sorted(self.timers))
-
-    def registerTimer(self, at: int) -> None:
-        self.registrations += 1
-        self.timers.add(at)
-
-    def deleteTimer(self, at: int) -> None:
-        self.timers.discard(at)
-
-    def fire(self, watermark: int) -> list[int]:
-        """The timers due at ``watermark``, in order, removed as Spark removes them."""
-        due = sorted(t for t in self.timers if t <= watermark)
-        self.timers -= set(due)
-        return due
+from riverbed.testing.memory_states import MemoryHandle, MemoryMapState
 
 
 def states(handle: MemoryHandle, resolution_ms: int | None = 10, slots: int = 4) -> KeyedStates:

@@ -265,6 +265,29 @@ def test_the_buffer_holds_only_the_fields_asked_for_and_returns_late_events_whol
             EventTimeBuffer(tiebreak_field="id", held_fields=without)
 
 
+def test_an_ordered_matcher_state_of_version_1_is_read_and_a_foreign_one_refused() -> None:
+    """Checkpoints written before the state was a list hold ``{"v": 1, "buffer": ...,
+    "matcher": ...}``: the two parts' states without their own version."""
+    config: dict[str, Any] = {"pattern": FRAUD, "tiebreak_field": "payment_id"}
+    declines = [payment(n, "declined", n) for n in range(3)]
+    matcher = OrderedMatcher(FRAUD, tiebreak_field="payment_id")
+    matcher.advance([*declines, payment(5, "approved", 5)], watermark_ms=0)
+    matcher.advance([], watermark_ms=2)  # the first two declines go on to the matcher
+    buffer, matching = (json.loads(part.to_state()) for part in (matcher.buffer, matcher.matcher))
+    assert buffer.pop("v") == matching.pop("v") == 1
+    assert (buffer["events"], matching["events"]) == (
+        [declines[2], payment(5, "approved", 5)],
+        declines[:2],
+    )
+    read = OrderedMatcher.from_obj({"v": 1, "buffer": buffer, "matcher": matching}, **config)
+    expected = [2, 2, buffer["events"], 2, matching["events"]]
+    assert read.to_obj() == json.loads(matcher.to_state()) == expected
+    assert [alert(m)[1]["declined_count"] for m in read.advance([], watermark_ms=6).matches] == [3]
+    for foreign in ({"v": 2, "buffer": {}, "matcher": {}}, [1, 2, [], 2, []], [2, 2, []], "[]"):
+        with pytest.raises(ValueError, match="not a CEP state of version 2 or 1"):
+            OrderedMatcher.from_obj(foreign, **config)
+
+
 # -- general patterns against the definition ----------------------------------------------
 
 KINDS = ["a", "b", "ab", "bc", "c"]

@@ -50,9 +50,10 @@ that arrives with ``ts`` below the watermark is *late*: it is returned apart, fo
 to send to a side output; it is never fed to the matcher. :class:`OrderedMatcher` is the two
 together, the whole state of one key.
 
-**State.** ``to_state()`` is a JSON string, ``{"v": 1, ...}``; ``from_state`` reads it back
-given the same configuration. It holds events and times only: the pattern is code, given
-again to ``from_state``, so a changed condition applies to the held events after a restart.
+**State.** ``to_state()`` is a JSON string, ``{"v": 1, ...}`` (:class:`OrderedMatcher`'s, a
+list of version 2); ``from_state`` reads it back given the same configuration. It holds
+events and times only: the pattern is code, given again to ``from_state``, so a changed
+condition applies to the held events after a restart.
 
 Errors: ``ValueError`` for a malformed pattern, an event without an integer ``ts``, events
 fed to a :class:`Matcher` out of event-time order, and a state this version cannot read.
@@ -93,6 +94,8 @@ Match = dict[str, list[Event]]
 Condition = Callable[[Mapping[str, Any]], bool]
 
 STATE_VERSION = 1
+ORDERED_STATE_VERSION = 2
+"""The version of :class:`OrderedMatcher`'s state (version 1 is still read)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -237,9 +240,18 @@ class Matcher:
     def feed(self, events: Iterable[Mapping[str, Any]]) -> list[Match]:
         """The matches that the events complete, at most one per event; the events must come
         in event-time order, none older than the frontier (class docstring)."""
+        checked = []
+        for event in events:
+            _ts(event)  # a ValueError for an event without an integer ts
+            checked.append(dict(event))
+        return self._feed(checked)
+
+    def _feed(self, events: Iterable[Event]) -> list[Match]:
+        """:meth:`feed` of events whose ``ts`` has been checked (:class:`OrderedMatcher`'s,
+        released by its buffer), taken as they are."""
         matches = []
         for event in events:
-            match = self._feed_one(dict(event))
+            match = self._feed_one(event)
             if match is not None:
                 matches.append(match)
         return matches
@@ -294,7 +306,7 @@ class Matcher:
         del held[:kept]
 
     def _feed_one(self, event: Event) -> Match | None:
-        ts = _ts(event)
+        ts = event["ts"]
         if self._frontier_ms is not None and ts < self._frontier_ms:
             raise ValueError(f"events must be fed in event-time order: ts {ts} after "
                              f"{self._frontier_ms}")  # fmt: skip
@@ -483,8 +495,12 @@ class OrderedMatcher:
     rows and the current watermark for each micro-batch, and with no events when the timer
     at :meth:`next_timer_ms` fires; store :meth:`to_state` after each call.
 
-    State: ``{"v": 1, "buffer": {...}, "matcher": {...}}`` (the two classes' states), the
-    events held being their ``held_fields`` (:class:`EventTimeBuffer`)."""
+    State: ``[2, watermark_ms, buffer events, frontier_ms, matcher events]``, the two
+    classes' states in one list, the events held being their ``held_fields``
+    (:class:`EventTimeBuffer`). A list, not an object of the two objects (version 1,
+    ``{"v": 1, "buffer": {...}, "matcher": {...}}``, still read): an operator reads and
+    writes every key's state each micro-batch that touches it, and orjson reads a slot of
+    ``fraud_alerts``' states in this form in about half the time."""
 
     def __init__(
         self, pattern: Pattern, *, tiebreak_field: str, held_fields: Sequence[str] | None = None
@@ -496,7 +512,7 @@ class OrderedMatcher:
         """Add ``events`` that arrived while the watermark is ``watermark_ms``; match those
         the watermark has passed, and expire what can no longer match."""
         released = self.buffer.advance(events, watermark_ms=watermark_ms)
-        matches = self.matcher.feed(released.events)
+        matches = self.matcher._feed(released.events)
         self.matcher.expire(watermark_ms)
         return Matched(matches=matches, late=released.late)
 
@@ -508,9 +524,16 @@ class OrderedMatcher:
             return expiry if release is None else release
         return min(release, expiry)
 
-    def to_obj(self) -> dict[str, Any]:
+    def to_obj(self) -> list[Any]:
         """The state as JSON-able data; :meth:`to_state` is its JSON text."""
-        return {"v": STATE_VERSION, "buffer": self.buffer._dump(), "matcher": self.matcher._dump()}
+        buffer, matcher = self.buffer, self.matcher
+        return [
+            ORDERED_STATE_VERSION,
+            buffer.watermark_ms,
+            buffer._held,
+            matcher._frontier_ms,
+            [event for event, _ in matcher._held],
+        ]
 
     def to_state(self) -> str:
         return dumps(self.to_obj())
@@ -527,11 +550,18 @@ class OrderedMatcher:
         """The matcher :meth:`to_obj` gave ``value`` of. It holds ``value``'s events as they
         are, without a copy: the caller must not change them (:meth:`to_obj` hands out the
         matcher's own lists too)."""
-        if not isinstance(value, dict) or value.get("v") != STATE_VERSION:
-            raise ValueError(f"not a version {STATE_VERSION} CEP state: {str(value)[:100]!r}")
+        if isinstance(value, list) and len(value) == 5 and value[0] == ORDERED_STATE_VERSION:
+            _, watermark_ms, buffered, frontier_ms, matching = value
+            buffer = {"watermark_ms": watermark_ms, "events": buffered}
+            matcher = {"frontier_ms": frontier_ms, "events": matching}
+        elif isinstance(value, dict) and value.get("v") == STATE_VERSION:
+            buffer, matcher = value["buffer"], value["matcher"]
+        else:
+            raise ValueError(f"not a CEP state of version {ORDERED_STATE_VERSION} or "
+                             f"{STATE_VERSION}: {str(value)[:100]!r}")  # fmt: skip
         ordered = cls.__new__(cls)
-        ordered.buffer = EventTimeBuffer._load(value["buffer"], tiebreak_field, held_fields)
-        ordered.matcher = Matcher._load(value["matcher"], pattern)
+        ordered.buffer = EventTimeBuffer._load(buffer, tiebreak_field, held_fields)
+        ordered.matcher = Matcher._load(matcher, pattern)
         return ordered
 
     @classmethod

@@ -1,0 +1,205 @@
+"""The Python cost of the ``fraud_alerts`` operator alone, without Spark.
+
+    .venv/bin/python benchmarks/pattern_operator.py [--payments 1000000] [--batch 100000]
+        [--repeat 3] [--profile] [--cache FILE]
+
+``benchmarks/pipelines_joins.py --only fraud_alerts`` measures the whole pipeline; its
+Python workers spend most of their CPU in riverbed's own operator, not in PySpark
+(BENCHMARKS.md). This runs that operator, ``PatternMatches`` as ``fraud_alerts`` builds it,
+through the calls Spark would make, in one process and with the in-memory states of
+``riverbed.testing.memory_states``, so that a change to it can be measured in a minute
+instead of a Spark run, and profiled (``--profile``: cProfile, the top functions).
+
+The payments are those of ``pipelines_joins.py``'s workload (the same seed), in arrival
+order, cut into micro-batches of ``--batch``. Making them takes about 4 minutes for
+1,000,000 (the workload makes the whole clickstream); ``--cache FILE`` keeps them in
+``FILE`` (JSON lines) and reads them from there next time. Each batch's watermark is
+Spark's: the latest ``ts`` of the batches before, less 2 minutes. In a batch, each bucket's
+input is handed to ``handleInputRows`` (its events as the JSON that ``match_pattern`` makes
+in the JVM), then the timers the watermark has reached fire, bucket by bucket. The bucket is
+a CRC-32 of the card modulo 64 (Spark's xxHash64 is in the JVM): the same spread. Reported:
+CPU µs per payment (the process's CPU time in the operator's calls, the input frames made
+before the clock starts), the state's size at the end, and the alerts, each checked against
+``riverbed.testing.references.fraud_alerts`` (a run ends before its last alerts are due, so
+they are checked as a subset, and counted). Not part of the test run; results go in
+BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import statistics
+import sys
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from pipelines_joins import SHOP, FraudAlertsInputs, generate
+
+from riverbed.pipelines.operators.buckets import BUCKETS
+from riverbed.pipelines.operators.pattern_matches import EVENT, KEY, PatternMatches
+from riverbed.pipelines.shop.contract import PAYMENT, WATERMARK_DELAY
+from riverbed.pipelines.shop.fraud_alerts import alerts_processor
+from riverbed.testing.memory_states import MemoryHandle
+from riverbed.testing.references import fraud_alerts
+
+Batch = tuple[int, dict[int, pd.DataFrame]]
+"""A micro-batch: its watermark, and each bucket's input frame."""
+
+
+def delay_ms() -> int:
+    """The pipeline's watermark delay ("2 minutes") in ms."""
+    amount, unit = WATERMARK_DELAY.split()
+    assert unit.startswith("minute"), WATERMARK_DELAY
+    return int(amount) * 60_000
+
+
+def batches(payments: list[dict[str, Any]], size: int) -> list[Batch]:
+    fields = PAYMENT.fieldNames()
+    out: list[Batch] = []
+    latest: int | None = None
+    for start in range(0, len(payments), size):
+        watermark = 0 if latest is None else max(0, latest - delay_ms())
+        by_bucket: dict[int, list[tuple[str, str]]] = {}
+        for p in payments[start : start + size]:
+            bucket = zlib.crc32(p["card_id"].encode()) % BUCKETS
+            event = json.dumps({f: p.get(f) for f in fields}, separators=(",", ":"))
+            by_bucket.setdefault(bucket, []).append((p["card_id"], event))
+            latest = p["ts"] if latest is None else max(latest, p["ts"])
+        frames = {b: pd.DataFrame(rows, columns=[KEY, EVENT]) for b, rows in by_bucket.items()}
+        out.append((watermark, frames))
+    return out
+
+
+class Watermark:
+    """What Spark hands a processor as ``TimerValues`` and ``ExpiredTimerInfo``."""
+
+    def __init__(self, watermark_ms: int, expiry_ms: int = 0) -> None:
+        self.watermark_ms, self.expiry_ms = watermark_ms, expiry_ms
+
+    def getCurrentWatermarkInMs(self) -> int:
+        return self.watermark_ms
+
+    def getExpiryTimeInMs(self) -> int:
+        return self.expiry_ms
+
+
+class Run:
+    """One run over the batches: a processor and an in-memory state per bucket, as each
+    Python worker would have, and the output rows."""
+
+    def __init__(self) -> None:
+        self.processors: dict[int, PatternMatches] = {}
+        self.handles: dict[int, MemoryHandle] = {}
+        self.outputs: list[tuple[str, str, str]] = []
+
+    def processor(self, bucket: int) -> PatternMatches:
+        if bucket not in self.processors:
+            processor, handle = alerts_processor(), MemoryHandle()
+            processor.init(handle)  # type: ignore[arg-type]
+            self.processors[bucket], self.handles[bucket] = processor, handle
+        return self.processors[bucket]
+
+    def __call__(self, work: list[Batch]) -> None:
+        for watermark, frames in work:
+            for bucket, frame in frames.items():
+                calls = self.processor(bucket).handleInputRows(
+                    (bucket,),
+                    iter([frame]),
+                    Watermark(watermark),  # type: ignore[arg-type]
+                )
+                self._collect(calls)
+            for bucket, handle in self.handles.items():
+                for at in handle.fire(watermark):
+                    calls = self.processors[bucket].handleExpiredTimer(
+                        (bucket,),
+                        Watermark(watermark),  # type: ignore[arg-type]
+                        Watermark(watermark, at),  # type: ignore[arg-type]
+                    )
+                    self._collect(calls)
+
+    def _collect(self, frames: Any) -> None:
+        for frame in frames:
+            self.outputs += frame.itertuples(index=False, name=None)
+
+    def state_bytes(self) -> int:
+        return sum(
+            len(value[0])
+            for handle in self.handles.values()
+            for value in handle.maps["matchers"].entries.values()
+        )
+
+
+def check(run: Run, payments: list[dict[str, Any]]) -> str:
+    late = {json.loads(k)["payment_id"] for t, k, _ in run.outputs if t == "fraud_alerts_late"}
+    written = [json.loads(v) for t, _, v in run.outputs if t == "fraud_alerts"]
+    expected = {
+        (a["card_id"], a["payment_id"]): a
+        for a in fraud_alerts(p for p in payments if p["payment_id"] not in late)
+    }
+    wrong = [a for a in written if expected.get((a["card_id"], a["payment_id"])) != a]
+    if wrong or len({(a["card_id"], a["payment_id"]) for a in written}) != len(written):
+        raise SystemExit(f"wrong or repeated alerts, e.g. {wrong[:3]}")
+    return (
+        f"{len(written):,} alerts, each the reference's (which has {len(expected):,} in all); "
+        f"{len(late):,} late payments"
+    )
+
+
+def made_payments(count: int, cache: Path | None) -> list[dict[str, Any]]:
+    """The workload's first ``count`` payments, read from ``cache`` if it holds as many."""
+    if cache is not None and cache.exists():
+        with cache.open() as lines:
+            payments = [json.loads(line) for _, line in zip(range(count), lines, strict=False)]
+        if len(payments) == count:
+            return payments
+    inputs = generate(SHOP, ["fraud_alerts"], count)["fraud_alerts"]
+    assert isinstance(inputs, FraudAlertsInputs)
+    if cache is not None:
+        cache.write_text("".join(json.dumps(p) + "\n" for p in inputs.payments))
+    return inputs.payments
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--payments", type=int, default=1_000_000)
+    parser.add_argument("--batch", type=int, default=100_000, help="payments per micro-batch")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--profile", action="store_true", help="one run under cProfile")
+    parser.add_argument("--cache", type=Path, help="keep the payments made in this file")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    payments = made_payments(args.payments, args.cache)
+    work = batches(payments, args.batch)
+    print(f"{len(payments):,} payments in {len(work)} batches, made in "
+          f"{time.perf_counter() - started:.1f} s")  # fmt: skip
+    if args.profile:
+        run = Run()
+        profile = cProfile.Profile()
+        profile.runcall(run, work)
+        pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+        pstats.Stats(profile).sort_stats("cumulative").print_stats(25)
+        return
+    figures = []
+    for i in range(args.repeat):
+        run = Run()
+        cpu = time.process_time()
+        run(work)
+        per_payment = (time.process_time() - cpu) / len(payments) * 1e6
+        figures.append(per_payment)
+        print(f"run {i + 1}: {per_payment:.1f} CPU-µs a payment, state at the end "
+              f"{run.state_bytes() / 2**20:.1f} MiB, {check(run, payments)}")  # fmt: skip
+    print(f"median {statistics.median(figures):.1f} CPU-µs a payment "
+          f"(min {min(figures):.1f}, max {max(figures):.1f})")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
