@@ -8,6 +8,9 @@ its benchmarks and ``make demo`` (as ``bytewax.testing`` is Bytewax's).
   :class:`~riverbed.testing.topic_reader.TopicReadError`.
 - :mod:`riverbed.testing.references`: what each shop pipeline must output, in plain
   Python from DESIGN.md's contract, one reference per pipeline.
+- :mod:`riverbed.testing.memory_states`: in-memory stand-ins for the map and value states
+  and the event-time timers PySpark hands a stateful processor, to run an operator without
+  Spark.
 
 Nothing here is needed to run riverbed; everything here may start processes and open
 connections, unlike the pure modules of the library.

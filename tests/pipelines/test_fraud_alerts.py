@@ -7,6 +7,7 @@ releases every payment still held."""
 
 from __future__ import annotations
 
+import gc
 import json
 import random
 import re
@@ -19,8 +20,10 @@ import pandas as pd
 from confluent_kafka import Producer
 from pyspark.sql.streaming.tws_tester import TwsTester
 
+from riverbed.pipelines.operators.base import GC_THRESHOLD
 from riverbed.pipelines.operators.pattern_matches import KEY, TIMER_RESOLUTION_MS
 from riverbed.pipelines.shop.fraud_alerts import alerts_processor
+from riverbed.testing.memory_states import MemoryHandle
 from riverbed.testing.references import fraud_alerts
 from tests.support.brokers import BrokerProcess
 from tests.support.events import BASE, MINUTE, disordered
@@ -303,3 +306,16 @@ def test_alerts_late_payments_kill_and_restart(
         assert int(found[1]) == payment["ts"] < int(found[2])
         # The watermark of a batch after the first hour was seen, not yet the far payment's.
         assert BASE + 55 * MINUTE < int(found[2]) < BASE + 90 * MINUTE
+
+
+def test_a_worker_collects_garbage_less_often_once_an_operator_starts() -> None:
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        alerts_processor().init(MemoryHandle())  # type: ignore[arg-type]
+        assert gc.get_threshold() == (GC_THRESHOLD, 10, 10)
+        gc.set_threshold(GC_THRESHOLD * 2, 5, 5)  # a higher one set by the user is kept
+        alerts_processor().init(MemoryHandle())  # type: ignore[arg-type]
+        assert gc.get_threshold() == (GC_THRESHOLD * 2, 5, 5)
+    finally:
+        gc.set_threshold(*before)

@@ -27,6 +27,7 @@ a DataFrame.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,7 +43,21 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from riverbed.pipelines.operators.buckets import BUCKET, SLOTS, KeyedStates, bucket_of
 
-__all__ = ["OUTPUT_SCHEMA", "KeyedOperator", "Operator", "OutputRows", "by_bucket"]
+__all__ = [
+    "GC_THRESHOLD",
+    "OUTPUT_SCHEMA",
+    "KeyedOperator",
+    "Operator",
+    "OutputRows",
+    "by_bucket",
+]
+
+GC_THRESHOLD = 50_000
+"""The allocations between two of CPython's young garbage collections in a Python worker that
+runs an operator (:meth:`Operator.init`; CPython's default is 700). An operator parses its
+keys' states from JSON, many small objects that live for one call, and each collection
+scans what has survived so far: with the default, collections took about a tenth of
+``fraud_alerts``' operator (``benchmarks/pattern_operator.py``, BENCHMARKS.md)."""
 
 OUTPUT_SCHEMA = StructType(
     [
@@ -60,7 +75,8 @@ OutputRows = list[tuple[Any, ...]]
 
 class Operator(StatefulProcessor):
     """A stateful processor by its hooks (module docstring). Subclasses set up their states
-    in ``init`` and implement :meth:`on_input`; those with timers :meth:`on_timer`.
+    in ``init`` (calling this one's first) and implement :meth:`on_input`; those with
+    timers :meth:`on_timer`.
 
     Spark pickles the processor to the executors; ``init`` runs there before the first key
     of a task (and once on the driver, to learn the state schema)."""
@@ -68,6 +84,14 @@ class Operator(StatefulProcessor):
     def __init__(self, *, output_schema: StructType) -> None:
         self.output_schema = output_schema
         self._columns = [field.name for field in output_schema.fields]
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        """Before the first key of a task, in the Python worker: collect garbage less often
+        there (:data:`GC_THRESHOLD`; PySpark reuses its workers, so this stays for the next
+        tasks). Subclasses that set up states call this first."""
+        young, *older = gc.get_threshold()
+        if young < GC_THRESHOLD:
+            gc.set_threshold(GC_THRESHOLD, *older)
 
     def on_input(self, key: Any, batch: pd.DataFrame, watermark_ms: int) -> OutputRows:
         """One key's input rows of the micro-batch (the grouping key's values, all its rows
@@ -129,6 +153,7 @@ class KeyedOperator(Operator):
         self._state_name, self._resolution_ms, self._slots = state_name, resolution_ms, slots
 
     def init(self, handle: StatefulProcessorHandle) -> None:
+        super().init(handle)
         self.states = KeyedStates(
             handle, self._state_name, resolution_ms=self._resolution_ms, slots=self._slots
         )

@@ -189,10 +189,15 @@ _State = tuple[int, int]
 step's maximum, or at its minimum when unbounded (beyond it, more make no difference)."""
 
 
-@dataclass(frozen=True, slots=True)
+_Move = tuple[_State, int]
+"""The state after an event, and the step the event joins."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class _Shape:
     """What a :class:`Matcher` derives from its pattern (:attr:`Pattern.shape`)."""
 
+    steps: tuple[Step, ...]
     conditions: tuple[Condition, ...]
     least: int
     """The fewest events a match has."""
@@ -201,17 +206,47 @@ class _Shape:
     step. It can end a match but never be inside one, so once it has ended none, no later
     strict match can span it (a payment approved after fewer than 3 declines)."""
     strict: bool
+    caps: tuple[int, ...]
+    """Each step's count in a :data:`_State`: its maximum, or its minimum when unbounded."""
+    states: tuple[_State, ...]
+    """Every :data:`_State`."""
+    moves_by: dict[tuple[_State, int], tuple[_Move, ...]] = field(default_factory=dict)
+    """:meth:`moves`, made once per (state, mask)."""
+
+    def moves(self, state: _State, mask: int) -> tuple[_Move, ...]:
+        """The states after an event of ``mask`` (the steps whose conditions it meets) and
+        the step it joins, preferred first: take it in this step, move on to the next one
+        (skipping it, with relaxed contiguity, comes last: :meth:`Matcher._best_match`)."""
+        known = self.moves_by.get((state, mask))
+        if known is not None:
+            return known
+        i, k = state
+        quantifier = self.steps[i].quantifier
+        out: list[_Move] = []
+        if mask >> i & 1 and (quantifier.max_count is None or k < quantifier.max_count):
+            out.append(((i, min(k + 1, self.caps[i])), i))
+        if k >= quantifier.min_count and i < len(self.steps) - 1 and mask >> (i + 1) & 1:
+            out.append(((i + 1, 1), i + 1))
+        self.moves_by[(state, mask)] = moves = tuple(out)
+        return moves
 
 
 def _shape(pattern: Pattern) -> _Shape:
     last = len(pattern.steps) - 1
     once = pattern.steps[last].quantifier.max_count == 1
     strict = pattern.contiguity is Contiguity.STRICT
+    caps = tuple(
+        s.quantifier.min_count if s.quantifier.max_count is None else s.quantifier.max_count
+        for s in pattern.steps
+    )
     return _Shape(
+        steps=pattern.steps,
         conditions=tuple(step.condition for step in pattern.steps),
         least=sum(step.quantifier.min_count for step in pattern.steps),
         dead_end=1 << last if once and strict else 0,
         strict=strict,
+        caps=caps,
+        states=tuple((i, k) for i in range(len(caps)) for k in range(1, caps[i] + 1)),
     )
 
 
@@ -332,46 +367,35 @@ class Matcher:
         events ``j..n-1`` can complete a match ending with event ``n - 1``; then the earliest
         start whose state can end, and forwards the first move, in order of preference,
         that still can: one pass each way, instead of trying every start and every path."""
-        if len(self._held) < self._shape.least:
+        shape, held = self._shape, self._held
+        n = len(held)
+        if n < shape.least:
             return None
-        steps = self.pattern.steps
-        last = len(steps) - 1
-        masks = [mask for _, mask in self._held]
-        n = len(masks)
-        relaxed = self.pattern.contiguity is Contiguity.RELAXED
-        caps = [
-            s.quantifier.min_count if s.quantifier.max_count is None else s.quantifier.max_count
-            for s in steps
-        ]
-        states = [(i, k) for i in range(len(steps)) for k in range(1, caps[i] + 1)]
-
-        def moves(state: _State, j: int) -> list[tuple[_State, int | None]]:
-            """The next states after event ``j`` and the step it joins (``None``: skipped),
-            preferred first: take it in this step, move on to the next one, skip it."""
-            i, k = state
-            quantifier = steps[i].quantifier
-            out: list[tuple[_State, int | None]] = []
-            if masks[j] >> i & 1 and (quantifier.max_count is None or k < quantifier.max_count):
-                out.append(((i, min(k + 1, caps[i])), i))
-            if k >= quantifier.min_count and i < last and masks[j] >> (i + 1) & 1:
-                out.append(((i + 1, 1), i + 1))
-            if relaxed and j < n - 1:  # the last event ends the match: not skipped
-                out.append((state, None))
-            return out
-
-        can_end: list[set[_State]] = [set() for _ in range(n)] + [{(last, caps[last])}]
+        masks = [mask for _, mask in held]
+        relaxed = not shape.strict
+        last = len(shape.steps) - 1
+        can_end: list[set[_State]] = [set() for _ in range(n)] + [{(last, shape.caps[last])}]
         for j in range(n - 1, 0, -1):
-            can_end[j] = {s for s in states if any(t in can_end[j + 1] for t, _ in moves(s, j))}
+            after, mask = can_end[j + 1], masks[j]
+            skip = relaxed and j < n - 1  # the last event ends the match: not skipped
+            can_end[j] = {
+                state
+                for state in shape.states
+                if (skip and state in after) or any(t in after for t, _ in shape.moves(state, mask))
+            }
         start = next((s for s in range(n) if masks[s] & 1 and (0, 1) in can_end[s + 1]), None)
         if start is None:
             return None
-        match: Match = {step.name: [] for step in steps}
-        match[steps[0].name].append(self._held[start][0])
+        match: Match = {step.name: [] for step in shape.steps}
+        match[shape.steps[0].name].append(held[start][0])
         state: _State = (0, 1)
         for j in range(start + 1, n):
-            state, joined = next((t, i) for t, i in moves(state, j) if t in can_end[j + 1])
+            options: tuple[tuple[_State, int | None], ...] = shape.moves(state, masks[j])
+            if relaxed and j < n - 1:
+                options += ((state, None),)
+            state, joined = next((t, i) for t, i in options if t in can_end[j + 1])
             if joined is not None:
-                match[steps[joined].name].append(self._held[j][0])
+                match[shape.steps[joined].name].append(held[j][0])
         return match
 
 

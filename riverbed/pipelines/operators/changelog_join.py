@@ -239,6 +239,7 @@ class GroupStage(Operator):
         self.spec, self.topic = spec, topic
 
     def init(self, handle: StatefulProcessorHandle) -> None:
+        super().init(handle)
         self.state = handle.getValueState("group", "json STRING")
 
     def on_input(self, key: Any, batch: pd.DataFrame, watermark_ms: int) -> OutputRows:

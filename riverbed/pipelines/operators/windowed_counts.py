@@ -146,6 +146,7 @@ class WindowedCounts(Operator):
         )
 
     def init(self, handle: StatefulProcessorHandle) -> None:
+        super().init(handle)
         self.handle = handle
         self.counts = handle.getMapState("counts", "window_start LONG", "count LONG")
 
