@@ -308,19 +308,19 @@ class Matcher:
 
     @classmethod
     def from_state(cls, state: str, *, pattern: Pattern) -> Matcher:
-        return cls._load(_decode(state), pattern)
+        value = _decode(state)
+        return cls._load(value["frontier_ms"], value["events"], pattern)
 
     def _dump(self) -> dict[str, Any]:
         return {"frontier_ms": self._frontier_ms, "events": [e for e, _ in self._held]}
 
     @classmethod
-    def _load(cls, value: Mapping[str, Any], pattern: Pattern) -> Matcher:
-        """The matcher of :meth:`_dump`'s ``value``, whose events it takes as they are (they
-        are never changed, here or by the caller)."""
+    def _load(cls, frontier_ms: Any, events: list[Event], pattern: Pattern) -> Matcher:
+        """The matcher of a state's frontier and events (:meth:`_dump`), whose events it
+        takes as they are (they are never changed, here or by the caller)."""
         matcher = cls(pattern)
-        frontier = value["frontier_ms"]
-        matcher._frontier_ms = None if frontier is None else int(frontier)
-        matcher._held = [(e, matcher._mask(e)) for e in value["events"]]
+        matcher._frontier_ms = None if frontier_ms is None else int(frontier_ms)
+        matcher._held = [(e, matcher._mask(e)) for e in events]
         return matcher
 
     def _mask(self, event: Mapping[str, Any]) -> int:
@@ -487,21 +487,25 @@ class EventTimeBuffer:
     def from_state(
         cls, state: str, *, tiebreak_field: str, held_fields: Sequence[str] | None = None
     ) -> EventTimeBuffer:
-        return cls._load(_decode(state), tiebreak_field, held_fields)
+        value = _decode(state)
+        return cls._load(value["watermark_ms"], value["events"], tiebreak_field, held_fields)
 
     def _dump(self) -> dict[str, Any]:
         return {"watermark_ms": self.watermark_ms, "events": self._held}
 
     @classmethod
     def _load(
-        cls, value: Mapping[str, Any], tiebreak_field: str, held_fields: Sequence[str] | None
+        cls,
+        watermark_ms: Any,
+        events: list[Event],
+        tiebreak_field: str,
+        held_fields: Sequence[str] | None,
     ) -> EventTimeBuffer:
-        """The buffer of :meth:`_dump`'s ``value``, whose events it takes as they are (they
-        are never changed, here or by the caller)."""
+        """The buffer of a state's watermark and events (:meth:`_dump`), whose events it
+        takes as they are (they are never changed, here or by the caller)."""
         buffer = cls(tiebreak_field=tiebreak_field, held_fields=held_fields)
-        watermark = value["watermark_ms"]
-        buffer.watermark_ms = None if watermark is None else int(watermark)
-        buffer._held = list(value["events"])  # stored in order (_dump)
+        buffer.watermark_ms = None if watermark_ms is None else int(watermark_ms)
+        buffer._held = list(events)  # stored in order (_dump)
         return buffer
 
 
@@ -576,16 +580,16 @@ class OrderedMatcher:
         matcher's own lists too)."""
         if isinstance(value, list) and len(value) == 5 and value[0] == ORDERED_STATE_VERSION:
             _, watermark_ms, buffered, frontier_ms, matching = value
-            buffer = {"watermark_ms": watermark_ms, "events": buffered}
-            matcher = {"frontier_ms": frontier_ms, "events": matching}
         elif isinstance(value, dict) and value.get("v") == STATE_VERSION:
             buffer, matcher = value["buffer"], value["matcher"]
+            watermark_ms, buffered = buffer["watermark_ms"], buffer["events"]
+            frontier_ms, matching = matcher["frontier_ms"], matcher["events"]
         else:
             raise ValueError(f"not a CEP state of version {ORDERED_STATE_VERSION} or "
                              f"{STATE_VERSION}: {str(value)[:100]!r}")  # fmt: skip
         ordered = cls.__new__(cls)
-        ordered.buffer = EventTimeBuffer._load(buffer, tiebreak_field, held_fields)
-        ordered.matcher = Matcher._load(matcher, pattern)
+        ordered.buffer = EventTimeBuffer._load(watermark_ms, buffered, tiebreak_field, held_fields)
+        ordered.matcher = Matcher._load(frontier_ms, matching, pattern)
         return ordered
 
     @classmethod
