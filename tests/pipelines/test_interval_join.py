@@ -11,7 +11,7 @@ import pandas as pd
 from pyspark.sql.streaming.tws_tester import TwsTester
 from pyspark.sql.types import StringType, StructField, StructType
 
-from riverbed.pipelines.operators.interval_join import LEFT, RIGHT, SIDE, IntervalJoin
+from riverbed.pipelines.operators.interval_join import LEFT, RIGHT, SIDE, Combine, IntervalJoin
 from riverbed.pipelines.operators.intervals import Joined, JoinInterval, LeftRow
 from tests.support.keyed_states import slot_entries
 
@@ -33,7 +33,7 @@ def on_join(pair: Joined) -> list[tuple[Any, ...]]:
     return [(pair.left.id, "joined", f"{pair.right.fields['product']} first={pair.first}")]
 
 
-def join_tester() -> TwsTester:
+def join_tester(combine: Combine | None = None) -> TwsTester:
     join = IntervalJoin(
         condition=JoinInterval(lower_ms=0, upper_ms=100),
         key_field="user",
@@ -43,6 +43,7 @@ def join_tester() -> TwsTester:
         on_left=on_left,
         on_join=on_join,
         output_schema=OUT,
+        combine=combine,
         expiry_resolution_ms=1,
     )
     # Pipelines drop the watermarked column, so Spark drops no row: neither does this.
@@ -102,3 +103,19 @@ def test_rows_expire_with_the_watermark() -> None:
     assert rows(t, left("u1", "s1", 1_200, "kite"), right("u1", 1_050, "p1")) == [
         ("s1", "left", "kite")
     ]
+
+
+def test_combine_gets_the_rows_of_each_call() -> None:
+    calls: list[list[tuple[Any, ...]]] = []
+
+    def combine(out: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        calls.append(out)
+        return [(out[0][0], "combined", str(len(out)))]
+
+    t = join_tester(combine)
+    assert rows(t, left("u1", "s1", 1_000, "kite"), right("u1", 1_050, "p1")) == [
+        ("s1", "combined", "2")
+    ]
+    assert calls == [[("s1", "left", "kite"), ("s1", "joined", "p1 first=True")]]
+    assert rows(t, right("u1", 1_060, None)) == []  # no output rows: combine is not called
+    assert len(calls) == 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -89,8 +91,24 @@ def test_expiry_times_follow_the_bounds() -> None:
     assert state.next_expiry_ms(CONDITION) is None
 
 
+def test_the_state_is_one_list_and_a_version_1_state_is_still_read() -> None:
+    state = IntervalJoinState()
+    state.add(CONDITION, lefts=[LeftRow(id="s", ts=10, fields={"q": "kite"})])
+    state.add(CONDITION, rights=[RightRow(ts=5, fields={"p": 1})])
+    assert json.loads(state.to_json()) == [2, [["s", 10, {"q": "kite"}, False]], [[5, {"p": 1}]]]
+    # as a checkpoint written before the list form holds it
+    old = {"v": 1, "lefts": [["s", 10, {"q": "kite"}, False]], "rights": [[5, {"p": 1}]]}
+    read = IntervalJoinState.from_json(json.dumps(old))
+    assert read.to_json() == state.to_json()
+    _, joined = read.add(CONDITION, rights=[RightRow(ts=60, fields={"p": 2})])
+    assert [(p.left.id, p.left.fields, p.right.fields, p.first) for p in joined] == [
+        ("s", {"q": "kite"}, {"p": 2}, True)
+    ]
+
+
 def test_bad_interval_and_bad_state() -> None:
     with pytest.raises(ValueError, match="empty interval"):
         JoinInterval(lower_ms=5, upper_ms=4)
-    with pytest.raises(ValueError, match="version 1"):
-        IntervalJoinState.from_json('{"v": 2}')
+    for bad in ('{"v": 2}', "[1, [], []]", "[2, []]", '"joins"'):
+        with pytest.raises(ValueError, match="not an interval join state of version 1 or 2"):
+            IntervalJoinState.from_json(bad)

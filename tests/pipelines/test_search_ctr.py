@@ -13,6 +13,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from riverbed.pipelines.shop.search_ctr import summed
 from riverbed.testing.references import search_ctr
 from tests.support.brokers import BrokerProcess
 from tests.support.events import BASE, MINUTE, disordered
@@ -80,3 +81,9 @@ def test_search_ctr_with_disorder_and_a_kill(broker_process: BrokerProcess, tmp_
         time.sleep(1)
     assert pipeline.stop() == 0, pipeline.log()
     assert _keyed(changelog(read_json(bootstrap, "search_ctr")).values()) == expected
+
+
+def test_the_deltas_of_a_call_are_summed_per_window_and_query() -> None:
+    deltas = [(0, "tent", 1, 0), (MINUTE, "tent", 1, 0), (0, "tent", 0, 1), (0, "lamp", 1, 0),
+              (0, "tent", 1, 0)]  # fmt: skip
+    assert summed(deltas) == [(0, "tent", 2, 1), (MINUTE, "tent", 1, 0), (0, "lamp", 1, 0)]

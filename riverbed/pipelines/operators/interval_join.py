@@ -14,9 +14,12 @@ fields (a search without a query), or a left row without an id.
 **Output.** What the caller makes of it, as PatternMatches takes ``result``: ``on_left``
 turns each new left row (a duplicate of one held is not new) into output rows, ``on_join``
 each joined pair (``first`` when it is the left row's first match); the rows are tuples in
-the order of ``output_schema``. They are written in the micro-batch's transaction, so each
-exactly once. Both sides' rows arrive in any order: a pair is joined in the batch where its
-second row arrives, while the first is still held.
+the order of ``output_schema``. With ``combine``, the rows of each call (a bucket's input
+in a micro-batch) are handed to it and it returns the rows written: ``search_ctr`` sums
+its deltas per (window, query) there, about a third as many rows (BENCHMARKS.md). The
+rows are written in the micro-batch's transaction, so each exactly once. Both sides'
+rows arrive in any order: a pair is joined in the batch where its second row arrives,
+while the first is still held.
 
 **State and expiry.** The operator groups by a hash bucket of the key
 (:mod:`riverbed.pipelines.operators.buckets`: a key with a row or two per micro-batch, and a
@@ -30,7 +33,6 @@ with the same input and watermark, so it emits the same rows.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -52,6 +54,7 @@ __all__ = [
     "LEFT",
     "RIGHT",
     "SIDE",
+    "Combine",
     "IntervalJoin",
     "OnJoin",
     "OnLeft",
@@ -70,6 +73,9 @@ OnLeft = Callable[[LeftRow], Iterable[tuple[Any, ...]]]
 """The output rows of a new left row."""
 OnJoin = Callable[[Joined], Iterable[tuple[Any, ...]]]
 """The output rows of a joined pair."""
+Combine = Callable[[list[tuple[Any, ...]]], list[tuple[Any, ...]]]
+"""The output rows of a call (a bucket's input in a micro-batch), combined before they are
+written: e.g. deltas summed per key, so that fewer rows cross to the JVM and the next stage."""
 
 
 class IntervalJoin(KeyedOperator):
@@ -89,6 +95,7 @@ class IntervalJoin(KeyedOperator):
         on_left: OnLeft,
         on_join: OnJoin,
         output_schema: StructType,
+        combine: Combine | None = None,
         expiry_resolution_ms: int = EXPIRY_RESOLUTION_MS,
     ) -> None:
         super().__init__(
@@ -97,23 +104,24 @@ class IntervalJoin(KeyedOperator):
         self.condition = condition
         self.key_field, self.left_id_field, self.ts_field = key_field, left_id_field, ts_field
         self.left_fields, self.right_fields = list(left_fields), list(right_fields)
-        self.on_left, self.on_join = on_left, on_join
+        self.on_left, self.on_join, self.combine = on_left, on_join, combine
 
     def on_input(self, key: Any, batch: pd.DataFrame, watermark_ms: int) -> OutputRows:
         out: OutputRows = []
         by_key = self._by_key(batch)
         self.states.expect(len(by_key))
+        on_left, on_join, condition = self.on_left, self.on_join, self.condition
         for name, (lefts, rights) in by_key.items():
             stored = self.states.get(name)
             state = IntervalJoinState() if stored is None else IntervalJoinState.from_obj(stored)
-            new, joined = state.add(self.condition, lefts=lefts, rights=rights)
+            new, joined = state.add(condition, lefts=lefts, rights=rights)
             for left in new:
-                out.extend(self.on_left(left))
+                out += on_left(left)
             for pair in joined:
-                out.extend(self.on_join(pair))
-            state.expire(self.condition, watermark_ms)
+                out += on_join(pair)
+            state.expire(condition, watermark_ms)
             self._save(name, state)
-        return out
+        return out if self.combine is None or not out else self.combine(out)
 
     def on_due(self, name: str, state: Any, watermark_ms: int) -> OutputRows:
         joins = IntervalJoinState.from_obj(state)
@@ -130,33 +138,39 @@ class IntervalJoin(KeyedOperator):
     def _by_key(self, batch: pd.DataFrame) -> dict[str, tuple[list[LeftRow], list[RightRow]]]:
         """The batch's valid rows (module docstring) by key, in arrival order."""
         batch = batch.dropna(subset=[self.key_field, self.ts_field])
-        fields = [*self.left_fields, *self.right_fields]
-        columns = [self.key_field, SIDE, self.ts_field, self.left_id_field, *fields]
-        split = len(self.left_fields)
+        is_left = batch[SIDE] == LEFT
+        whole_left = batch[[self.left_id_field, *self.left_fields]].notna().all(axis=1)
+        if self.right_fields:
+            batch = batch[is_left & whole_left | ~is_left & batch[self.right_fields].notna().all(1)]
+        else:
+            batch = batch[is_left & whole_left | ~is_left]
+        left_names, right_names = self.left_fields, self.right_fields
         by_key: dict[str, tuple[list[LeftRow], list[RightRow]]] = {}
-        for key, side, ts, left_id, *values in zip(
-            *(batch[c].tolist() for c in columns), strict=True
+        for key, side, ts, left_id, own, other in zip(
+            map(str, batch[self.key_field].tolist()),
+            batch[SIDE].tolist(),
+            batch[self.ts_field].astype("int64").tolist(),
+            batch[self.left_id_field].tolist(),
+            _tuples(batch, left_names),
+            _tuples(batch, right_names),
+            strict=True,
         ):
-            lefts, rights = by_key.setdefault(str(key), ([], []))
+            both = by_key.get(key)
+            if both is None:
+                both = by_key[key] = ([], [])
             if side == LEFT:
-                own = values[:split]
-                if _present(left_id) and all(_present(v) for v in own):
-                    lefts.append(
-                        LeftRow(
-                            id=str(left_id),
-                            ts=int(ts),
-                            fields=dict(zip(self.left_fields, own, strict=True)),
-                        )
-                    )
-            elif all(_present(v) for v in values[split:]):
-                fields_of = dict(zip(self.right_fields, values[split:], strict=True))
-                rights.append(RightRow(ts=int(ts), fields=fields_of))
+                fields = dict(zip(left_names, own, strict=True))
+                both[0].append(LeftRow(id=str(left_id), ts=ts, fields=fields))
+            else:
+                both[1].append(RightRow(ts=ts, fields=dict(zip(right_names, other, strict=True))))
         return by_key
 
 
-def _present(value: Any) -> bool:
-    """Not null (a pandas cell: None, or NaN for a missing number)."""
-    return value is not None and not (isinstance(value, float) and math.isnan(value))
+def _tuples(batch: pd.DataFrame, columns: Sequence[str]) -> list[tuple[Any, ...]]:
+    """The values of ``columns`` in each row of ``batch``."""
+    if not columns:
+        return [()] * len(batch)
+    return list(zip(*(batch[c].tolist() for c in columns), strict=True))
 
 
 def interval_join(rows: DataFrame, processor: IntervalJoin) -> DataFrame:

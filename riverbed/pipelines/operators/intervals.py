@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["IntervalJoinState", "JoinInterval", "Joined", "LeftRow", "RightRow"]
+__all__ = ["STATE_VERSION", "IntervalJoinState", "JoinInterval", "Joined", "LeftRow", "RightRow"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,7 +67,7 @@ class LeftRow:
     matched: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class RightRow:
     ts: int
     fields: dict[str, Any]
@@ -82,12 +82,24 @@ class Joined:
     first: bool
 
 
+STATE_VERSION = 2
+"""The layout of :meth:`IntervalJoinState.to_obj`: ``[2, lefts, rights]``, each left row
+``[id, ts, fields, matched]`` and each right row ``[ts, fields]``. Version 1, an object
+``{"v": 1, "lefts": ..., "rights": ...}`` of the same rows, is still read."""
+
+
 @dataclass(slots=True)
 class IntervalJoinState:
-    """One key's rows waiting for partners (module docstring)."""
+    """One key's rows waiting for partners (module docstring), held as the lists of its
+    JSON form (:data:`STATE_VERSION`): a key's state is read and written in every
+    micro-batch that touches it, and objects made for each row and taken apart again were
+    most of the join's cost (``search_ctr``, BENCHMARKS.md). :class:`LeftRow` and
+    :class:`RightRow` objects are made only for the rows a caller is given."""
 
-    lefts: dict[str, LeftRow] = field(default_factory=dict)
-    rights: list[RightRow] = field(default_factory=list)
+    lefts: list[list[Any]] = field(default_factory=list)
+    """``[id, ts, fields, matched]`` per left row, in arrival order."""
+    rights: list[list[Any]] = field(default_factory=list)
+    """``[ts, fields]`` per right row, in arrival order."""
 
     def add(
         self,
@@ -97,71 +109,79 @@ class IntervalJoinState:
         rights: Iterable[RightRow] = (),
     ) -> tuple[list[LeftRow], list[Joined]]:
         """Add one batch's rows: (the new left rows, the pairs joined)."""
+        held = self.lefts
+        old = len(held)
         new_lefts: list[LeftRow] = []
+        ids: set[str] | None = None
         for left in lefts:
-            if left.id in self.lefts:
+            if ids is None:
+                ids = {entry[0] for entry in held}
+            if left.id in ids:
                 continue  # a duplicate
-            self.lefts[left.id] = left
+            ids.add(left.id)
+            held.append([left.id, left.ts, left.fields, left.matched])
             new_lefts.append(left)
         new_rights = list(rights)
-        self.rights.extend(new_rights)
         joined: list[Joined] = []
+        if not new_rights and not self.rights:
+            return new_lefts, joined
+        lower, upper = condition.lower_ms, condition.upper_ms
+        self.rights += [[right.ts, right.fields] for right in new_rights]
         # every new pair has a new row on one side: new lefts with all rights, then the old
         # lefts with the new rights
-        new_ids = {left.id for left in new_lefts}
-        for left in new_lefts:
-            joined.extend(self._join(condition, left, self.rights))
-        for left in self.lefts.values():
-            if left.id not in new_ids:
-                joined.extend(self._join(condition, left, new_rights))
+        for entry, left in zip(held[old:], new_lefts, strict=True):
+            for ts, fields in self.rights:
+                if lower <= ts - left.ts <= upper:
+                    joined.append(Joined(left=left, right=RightRow(ts=ts, fields=fields),
+                                         first=not entry[3]))  # fmt: skip
+                    entry[3] = left.matched = True
+        for entry in held[:old] if new_rights else ():
+            for right in new_rights:
+                if lower <= right.ts - entry[1] <= upper:
+                    left = LeftRow(id=entry[0], ts=entry[1], fields=entry[2], matched=entry[3])
+                    joined.append(Joined(left=left, right=right, first=not entry[3]))
+                    entry[3] = True
         return new_lefts, joined
-
-    @staticmethod
-    def _join(condition: JoinInterval, left: LeftRow, rights: Iterable[RightRow]) -> list[Joined]:
-        pairs = []
-        for right in rights:
-            if condition.joins(left.ts, right.ts):
-                pairs.append(Joined(left=left, right=right, first=not left.matched))
-                left.matched = True
-        return pairs
 
     def expire(self, condition: JoinInterval, watermark_ms: int) -> list[LeftRow]:
         """Drop what no on-time row can join any more; returns the left rows that expired."""
+        # left_expiry(ts) <= watermark, and right_expiry(ts) <= watermark, solved for ts
+        left_from = watermark_ms - condition.upper_ms
         expired = [
-            left for left in self.lefts.values() if condition.left_expiry(left.ts) <= watermark_ms
+            LeftRow(id=i, ts=ts, fields=fields, matched=matched)
+            for i, ts, fields, matched in self.lefts
+            if ts < left_from
         ]
-        for left in expired:
-            del self.lefts[left.id]
-        self.rights = [r for r in self.rights if condition.right_expiry(r.ts) > watermark_ms]
+        if expired:
+            self.lefts = [entry for entry in self.lefts if entry[1] >= left_from]
+        right_from = watermark_ms + condition.lower_ms
+        if any(entry[0] < right_from for entry in self.rights):
+            self.rights = [entry for entry in self.rights if entry[0] >= right_from]
         return expired
 
     def next_expiry_ms(self, condition: JoinInterval) -> int | None:
         """The smallest watermark at which :meth:`expire` has something to do, if any."""
-        times = [condition.left_expiry(left.ts) for left in self.lefts.values()]
-        times += [condition.right_expiry(right.ts) for right in self.rights]
+        times = [condition.left_expiry(min(entry[1] for entry in self.lefts))] if self.lefts else []
+        if self.rights:
+            times.append(condition.right_expiry(min(entry[0] for entry in self.rights)))
         return min(times, default=None)
 
     def is_empty(self) -> bool:
         return not self.lefts and not self.rights
 
-    def to_obj(self) -> dict[str, Any]:
-        """The state as JSON-able data (:meth:`from_obj` reads it back)."""
-        return {
-            "v": 1,
-            "lefts": [[x.id, x.ts, x.fields, x.matched] for x in self.lefts.values()],
-            "rights": [[x.ts, x.fields] for x in self.rights],
-        }
+    def to_obj(self) -> list[Any]:
+        """The state as JSON-able data (:data:`STATE_VERSION`; :meth:`from_obj` reads it
+        back). It shares the state's lists: write it before the state changes again."""
+        return [STATE_VERSION, self.lefts, self.rights]
 
     @classmethod
     def from_obj(cls, data: Any) -> IntervalJoinState:
-        if not isinstance(data, dict) or data.get("v") != 1:
-            raise ValueError("not an interval join state of version 1")
-        lefts = {
-            i: LeftRow(id=i, ts=ts, fields=fields, matched=matched)
-            for i, ts, fields, matched in data["lefts"]
-        }
-        rights = [RightRow(ts=ts, fields=fields) for ts, fields in data["rights"]]
-        return cls(lefts, rights)
+        """The state of ``data`` (:meth:`to_obj`), taking its lists as they are."""
+        if isinstance(data, list) and len(data) == 3 and data[0] == STATE_VERSION:
+            return cls(data[1], data[2])
+        if isinstance(data, dict) and data.get("v") == 1:
+            return cls([list(entry) for entry in data["lefts"]], [list(e) for e in data["rights"]])
+        raise ValueError("not an interval join state of version 1 or 2")
 
     def to_json(self) -> str:
         return json.dumps(self.to_obj(), separators=(",", ":"))

@@ -8,7 +8,8 @@ Two stateful operators in one query:
    right side), event time with the 2-minute watermark: a click counts for a search when
    ``0 <= click.ts - search.ts <= 10 min`` (:data:`CLICK_WINDOW`). It emits *deltas* per
    (window of the search, query): ``searches`` +1 when a search arrives (:func:`searched`),
-   ``clicked`` +1 at its first matching click (:func:`clicked`). A search waits in the
+   ``clicked`` +1 at its first matching click (:func:`clicked`), summed per
+   (window, query) within each bucket's call (:func:`summed`). A search waits in the
    state until the watermark passes ``ts + 10 min`` (no on-time click can match it after
    that); a click without its search waits until the watermark passes its ``ts`` (no
    on-time search can match it after that); either is dropped at most a minute later.
@@ -51,7 +52,15 @@ from riverbed.pipelines.operators.intervals import Joined, JoinInterval, LeftRow
 from riverbed.pipelines.operators.json_rows import dumps
 from riverbed.pipelines.shop.contract import MINUTE_MS, SEARCH, WATERMARK_DELAY
 
-__all__ = ["CLICK_WINDOW", "RunningTotals", "build", "clicked", "search_clicks", "searched"]
+__all__ = [
+    "CLICK_WINDOW",
+    "RunningTotals",
+    "build",
+    "clicked",
+    "search_clicks",
+    "searched",
+    "summed",
+]
 
 CLICK_WINDOW = JoinInterval(lower_ms=0, upper_ms=10 * MINUTE_MS)
 """DESIGN.md: "a click counts for a search when ``0 <= click.ts - search.ts <= 10 min``"."""
@@ -82,6 +91,22 @@ def clicked(pair: Joined) -> list[tuple[int, str, int, int]]:
     return [(*_window(pair.left), 0, 1)] if pair.first else []
 
 
+def summed(deltas: list[tuple[int, str, int, int]]) -> list[tuple[int, str, int, int]]:
+    """The deltas of one call of the join, summed per (window_start, query): the totals
+    add them up anyway, and a third as many rows cross to the next stage."""
+    sums: dict[tuple[int, str], list[int]] = {}
+    for start, query, searches, clicked in deltas:
+        both = sums.get((start, query))
+        if both is None:
+            sums[start, query] = [searches, clicked]
+        else:
+            both[0] += searches
+            both[1] += clicked
+    return [
+        (start, query, searches, clicked) for (start, query), (searches, clicked) in sums.items()
+    ]
+
+
 def search_clicks() -> IntervalJoin:
     """Stage 1 (module docstring): per ``search_id``, the search and its clicks, joined
     within :data:`CLICK_WINDOW`; emits (window_start, query, searches, clicked) deltas."""
@@ -93,6 +118,7 @@ def search_clicks() -> IntervalJoin:
         on_left=searched,
         on_join=clicked,
         output_schema=DELTAS,
+        combine=summed,
     )
 
 
