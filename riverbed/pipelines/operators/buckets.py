@@ -173,25 +173,36 @@ class KeyedStates:
         self._expired: int | None = None
         """After :meth:`due_now`: the watermark at or below which the bucket's registered
         timers are to be deleted (swept before they fired)."""
+        self._last: tuple[str | None, tuple[int, dict[str, list[Any]]]] = (None, (0, {}))
+        """The last key whose slot was found in the cache, and the slot (cleared at
+        :meth:`flush`, with the cache)."""
 
     def _slot_of(self, key: str) -> int:
         return zlib.crc32(key.encode()) % self._slot_count
 
     def _slot(self, key: str) -> tuple[int, dict[str, list[Any]]]:
+        if key == self._last[0]:  # an operator reads a key and then writes it
+            return self._last[1]
         slot = self._slot_of(key)
         entries = self._slots.get(slot)
         if entries is None:
-            stored = self._slots_state.getValue((slot,))
-            if stored is not None:
-                entries, named = self._loaded(stored[0])
-                if named:
-                    self._layout_known = True
-                    self._slots[slot] = entries
-                    return slot, entries
-            if not self._layout_known:
-                self._check_layout(stored is None)
-            entries = self._slots.setdefault(slot, {} if entries is None else entries)
+            entries = self._read_slot(slot)
+        self._last = key, (slot, entries)
         return slot, entries
+
+    def _read_slot(self, slot: int) -> dict[str, list[Any]]:
+        """A slot not in the cache, read into it."""
+        stored = self._slots_state.getValue((slot,))
+        entries = None
+        if stored is not None:
+            entries, named = self._loaded(stored[0])
+            if named:
+                self._layout_known = True
+                self._slots[slot] = entries
+                return entries
+        if not self._layout_known:
+            self._check_layout(stored is None)
+        return self._slots.setdefault(slot, {} if entries is None else entries)
 
     def _check_layout(self, empty_read: bool) -> None:
         """A slot read was empty, or did not name this layout: read the bucket whole if it
@@ -333,9 +344,9 @@ class KeyedStates:
         may be another bucket's)."""
         for slot in sorted(self._dirty):
             entries = self._slots.get(slot)  # None: a slot of another layout, moved
-            if entries:
-                text = state_text({LAYOUT: self._slot_count, **entries})
-                self._slots_state.updateValue((slot,), (text,))
+            if entries:  # named in place, not copied: the cache is cleared below
+                entries[LAYOUT] = self._slot_count  # type: ignore[assignment]
+                self._slots_state.updateValue((slot,), (state_text(entries),))
             else:
                 self._slots_state.removeKey((slot,))
         if self._write_layout and self._dirty:
@@ -352,6 +363,7 @@ class KeyedStates:
                 self._write_page(page, listed)
             self._keep_timer()
         self._slots.clear()
+        self._last = (None, (0, {}))
         self._layout_known = self._write_layout = False
         self._dirty.clear()
         self._pending.clear()
