@@ -92,9 +92,9 @@ STATE_VERSION = 2
 class IntervalJoinState:
     """One key's rows waiting for partners (module docstring), held as the lists of its
     JSON form (:data:`STATE_VERSION`): a key's state is read and written in every
-    micro-batch that touches it, and objects made for each row and taken apart again were
-    most of the join's cost (``search_ctr``, BENCHMARKS.md). :class:`LeftRow` and
-    :class:`RightRow` objects are made only for the rows a caller is given."""
+    micro-batch that touches it, and is used as read, with no object made for each held
+    row and taken apart again at the write. :class:`LeftRow` and :class:`RightRow` objects
+    are made only for the rows a caller is given."""
 
     lefts: list[list[Any]] = field(default_factory=list)
     """``[id, ts, fields, matched]`` per left row, in arrival order."""
