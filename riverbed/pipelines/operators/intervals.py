@@ -125,19 +125,18 @@ class IntervalJoinState:
         joined: list[Joined] = []
         if not new_rights and not self.rights:
             return new_lefts, joined
-        lower, upper = condition.lower_ms, condition.upper_ms
         self.rights += [[right.ts, right.fields] for right in new_rights]
         # every new pair has a new row on one side: new lefts with all rights, then the old
         # lefts with the new rights
         for entry, left in zip(held[old:], new_lefts, strict=True):
             for ts, fields in self.rights:
-                if lower <= ts - left.ts <= upper:
+                if condition.joins(left.ts, ts):
                     joined.append(Joined(left=left, right=RightRow(ts=ts, fields=fields),
                                          first=not entry[3]))  # fmt: skip
                     entry[3] = left.matched = True
         for entry in held[:old] if new_rights else ():
             for right in new_rights:
-                if lower <= right.ts - entry[1] <= upper:
+                if condition.joins(entry[1], right.ts):
                     left = LeftRow(id=entry[0], ts=entry[1], fields=entry[2], matched=entry[3])
                     joined.append(Joined(left=left, right=right, first=not entry[3]))
                     entry[3] = True
@@ -145,18 +144,15 @@ class IntervalJoinState:
 
     def expire(self, condition: JoinInterval, watermark_ms: int) -> list[LeftRow]:
         """Drop what no on-time row can join any more; returns the left rows that expired."""
-        # left_expiry(ts) <= watermark, and right_expiry(ts) <= watermark, solved for ts
-        left_from = watermark_ms - condition.upper_ms
         expired = [
             LeftRow(id=i, ts=ts, fields=fields, matched=matched)
             for i, ts, fields, matched in self.lefts
-            if ts < left_from
+            if condition.left_expiry(ts) <= watermark_ms
         ]
         if expired:
-            self.lefts = [entry for entry in self.lefts if entry[1] >= left_from]
-        right_from = watermark_ms + condition.lower_ms
-        if any(entry[0] < right_from for entry in self.rights):
-            self.rights = [entry for entry in self.rights if entry[0] >= right_from]
+            self.lefts = [e for e in self.lefts if condition.left_expiry(e[1]) > watermark_ms]
+        if any(condition.right_expiry(e[0]) <= watermark_ms for e in self.rights):
+            self.rights = [e for e in self.rights if condition.right_expiry(e[0]) > watermark_ms]
         return expired
 
     def next_expiry_ms(self, condition: JoinInterval) -> int | None:

@@ -95,16 +95,14 @@ def summed(deltas: list[tuple[int, str, int, int]]) -> list[tuple[int, str, int,
     """The deltas of one call of the join, summed per (window_start, query): the totals
     add them up anyway, and a third as many rows cross to the next stage."""
     sums: dict[tuple[int, str], list[int]] = {}
-    for start, query, searches, clicked in deltas:
+    for start, query, new_searches, new_clicked in deltas:
         both = sums.get((start, query))
         if both is None:
-            sums[start, query] = [searches, clicked]
+            sums[start, query] = [new_searches, new_clicked]
         else:
-            both[0] += searches
-            both[1] += clicked
-    return [
-        (start, query, searches, clicked) for (start, query), (searches, clicked) in sums.items()
-    ]
+            both[0] += new_searches
+            both[1] += new_clicked
+    return [(start, query, n, c) for (start, query), (n, c) in sums.items()]
 
 
 def search_clicks() -> IntervalJoin:
