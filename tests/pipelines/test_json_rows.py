@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from riverbed.pipelines.operators.json_rows import dumps, loads, state_text
+from riverbed.pipelines.operators.json_rows import dumps, json_text, loads, state_text
 
 JSON_VALUES = st.recursive(
     st.none()
@@ -47,3 +47,44 @@ def test_what_orjson_refuses_is_written_and_read_by_json() -> None:
     read = loads(written_by_json)
     assert math.isnan(read["x"]) and read["y"] == math.inf
     assert loads(b'{"a": 1}') == {"a": 1}
+
+
+ANY_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()  # beyond 64 bits too
+    | st.floats()  # NaN and infinities too
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(ANY_JSON)
+def test_dumps_and_json_text_write_what_json_writes(value: Any) -> None:
+    """A key's name in a checkpoint must not change with the library that writes it."""
+    assert dumps(value) == json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    assert json_text(value) == json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+
+
+@given(ANY_JSON)
+def test_loads_reads_what_json_reads(value: Any) -> None:
+    text = json.dumps(value)
+    read = loads(text)
+    assert json.dumps(read) == text  # NaN != NaN: compare the texts
+    assert json.dumps(loads(text.encode())) == text
+
+
+@given(ANY_JSON)
+def test_a_state_with_anything_in_it_reads_back(value: Any) -> None:
+    assert json.dumps(loads(state_text(value))) == json.dumps(value)
+
+
+def test_integers_beyond_64_bits_and_not_finite_floats_keep_their_value() -> None:
+    text = '{"big": 123456789012345678901234567890, "low": -9223372036854775809, "n": 1}'
+    assert loads(text) == {"big": 123456789012345678901234567890, "low": -(2**63) - 1, "n": 1}
+    assert math.isnan(loads(state_text({"x": float("nan")}))["x"])  # not null
+    assert loads(state_text([float("inf"), None])) == [math.inf, None]
+    assert json_text({"b": 1e16, "a": 2**70}) == '{"a":1180591620717411303424,"b":1e+16}'

@@ -316,8 +316,7 @@ def _by_key(
         elif isinstance(change_value, str) and key is not None:
             try:
                 change = parse_change(
-                    change_key.encode() if isinstance(change_key, str) else None,
-                    change_value.encode(),
+                    change_key if isinstance(change_key, str) else None, change_value
                 )
             except MalformedChange:
                 continue  # not a change of the contract: left out, as other operators do

@@ -62,13 +62,12 @@ fed to a :class:`Matcher` out of event-time order, and a state this version cann
 from __future__ import annotations
 
 import bisect
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from riverbed.pipelines.operators.json_rows import dumps, json_text
+from riverbed.pipelines.operators.json_rows import dumps, json_text, loads
 
 __all__ = [
     "ONCE",
@@ -178,7 +177,7 @@ def _encode(value: dict[str, Any]) -> str:
 
 
 def _decode(state: str) -> dict[str, Any]:
-    value = json.loads(state)
+    value = loads(state)
     if not isinstance(value, dict) or value.get("v") != STATE_VERSION:
         raise ValueError(f"not a version {STATE_VERSION} CEP state: {state[:100]!r}")
     return value
@@ -602,7 +601,7 @@ class OrderedMatcher:
         held_fields: Sequence[str] | None = None,
     ) -> OrderedMatcher:
         return cls.from_obj(
-            json.loads(state),
+            loads(state),
             pattern=pattern,
             tiebreak_field=tiebreak_field,
             held_fields=held_fields,

@@ -51,13 +51,12 @@ group's rows by offset, as Spark does not keep the order of the rows of a group.
 from __future__ import annotations
 
 import enum
-import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from riverbed.pipelines.operators.json_rows import Json, Row, dumps, json_text
+from riverbed.pipelines.operators.json_rows import Json, Row, dumps, json_text, loads
 
 __all__ = [
     "UNAVAILABLE_VALUE",
@@ -128,7 +127,7 @@ def lsn_of(value: Json) -> int:
     raise MalformedChange(f"not an LSN: {value!r:.80}")
 
 
-def parse_change(key: bytes | None, value: bytes | None) -> Change:
+def parse_change(key: str | bytes | None, value: str | bytes | None) -> Change:
     """The change in one CDC record (a null ``value`` is a tombstone), or MalformedChange."""
     key_row = _row(_loads(key, "key"), "the key")
     if key_row is None:
@@ -162,11 +161,11 @@ def parse_change(key: bytes | None, value: bytes | None) -> Change:
     return Change(key=key_row, op=op, before=before, after=after, ts_ms=ts_ms, position=position)
 
 
-def _loads(data: bytes | None, what: str) -> Json:
+def _loads(data: str | bytes | None, what: str) -> Json:
     if data is None:
         return None
     try:
-        return json.loads(data)
+        return loads(data)
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
         raise MalformedChange(f"the {what} is not JSON: {e}") from None
 
@@ -243,7 +242,7 @@ class RowState:
     @classmethod
     def from_json(cls, text: str) -> RowState:
         """The state that :meth:`to_json` wrote (trusted: it is the operator's own)."""
-        return cls.from_obj(json.loads(text))
+        return cls.from_obj(loads(text))
 
 
 class Table:
@@ -274,7 +273,7 @@ class Table:
         """(key, row) of every row present."""
         for name, state in self._states.items():
             if state.row is not None:
-                yield json.loads(name), state.row
+                yield loads(name), state.row
 
     def __len__(self) -> int:
         return sum(state.row is not None for state in self._states.values())
@@ -284,4 +283,4 @@ class Table:
 
     @classmethod
     def from_json(cls, text: str) -> Table:
-        return cls({name: RowState.from_obj(obj) for name, obj in json.loads(text).items()})
+        return cls({name: RowState.from_obj(obj) for name, obj in loads(text).items()})

@@ -51,7 +51,6 @@ next change.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pandas as pd
@@ -77,7 +76,7 @@ from riverbed.pipelines.operators.join_stages import (
     LeftRow,
     route_left,
 )
-from riverbed.pipelines.operators.json_rows import Json, dumps, json_text, plain
+from riverbed.pipelines.operators.json_rows import Json, dumps, json_text, loads, plain, state_text
 
 __all__ = [
     "CONTRIBUTIONS_SCHEMA",
@@ -126,9 +125,7 @@ def _changes(batch: pd.DataFrame) -> list[Change]:
         if key_text is None:
             continue
         try:
-            out.append(
-                parse_change(key_text.encode(), None if value_text is None else value_text.encode())
-            )
+            out.append(parse_change(key_text, value_text))
         except MalformedChange:
             continue
     return out
@@ -163,7 +160,7 @@ class RouteLeftRows(KeyedOperator):
             routed.extend(route_left(state, own, self.spec))
             self.states.put(name, state.as_json())
         return [
-            (json_text(r.join_key), r.left_key, None if r.row is None else dumps(r.row))
+            (json_text(r.join_key), r.left_key, None if r.row is None else state_text(r.row))
             for r in routed
         ]
 
@@ -194,9 +191,9 @@ class JoinKeyStage(KeyedOperator):
             row_text = _text(row)
             left.setdefault(join_key_json, []).append(
                 LeftRow(
-                    join_key=json.loads(join_key_json),
+                    join_key=loads(join_key_json),
                     left_key=left_key,
-                    row=None if row_text is None else json.loads(row_text),
+                    row=None if row_text is None else loads(row_text),
                 )
             )
         out: OutputRows = []
@@ -205,7 +202,7 @@ class JoinKeyStage(KeyedOperator):
         for name in names:
             state = _join_key_state(self.states.get(name))
             for c in state.apply(
-                json.loads(name), self.spec, right=right.get(name, ()), left=left.get(name, ())
+                loads(name), self.spec, right=right.get(name, ()), left=left.get(name, ())
             ):
                 out.append(_contribution_row(c))
             self.states.put(name, {"right": state.right.as_json(), "left": state.left})
@@ -245,12 +242,12 @@ class GroupStage(Operator):
     def on_input(self, key: Any, batch: pd.DataFrame, watermark_ms: int) -> OutputRows:
         stored = self.state.get() if self.state.exists() else None
         group_state = GroupState() if stored is None else GroupState.from_json(str(stored[0]))
-        group = json.loads(plain(key[0]))
+        group = loads(plain(key[0]))
         contributions = [
             GroupContribution(
                 group=group,
-                join_key=json.loads(join_key_json),
-                contribution=Contribution(int(n), tuple(json.loads(sums))),
+                join_key=loads(join_key_json),
+                contribution=Contribution(int(n), tuple(loads(sums))),
             )
             for join_key_json, n, sums in zip(
                 batch["join_key_json"].tolist(),

@@ -26,10 +26,11 @@ round-trips through a JSON string (a Spark state store value). Nothing here know
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from riverbed.pipelines.operators.json_rows import loads, state_text
 
 __all__ = ["STATE_VERSION", "IntervalJoinState", "JoinInterval", "Joined", "LeftRow", "RightRow"]
 
@@ -180,8 +181,8 @@ class IntervalJoinState:
         raise ValueError("not an interval join state of version 1 or 2")
 
     def to_json(self) -> str:
-        return json.dumps(self.to_obj(), separators=(",", ":"))
+        return state_text(self.to_obj())
 
     @classmethod
     def from_json(cls, text: str) -> IntervalJoinState:
-        return cls.from_obj(json.loads(text))
+        return cls.from_obj(loads(text))

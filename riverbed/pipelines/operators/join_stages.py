@@ -40,12 +40,11 @@ a join key from its left rows when it changes (``O(orders of the product)``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from riverbed.pipelines.operators.changelog import Change, RowState
-from riverbed.pipelines.operators.json_rows import Json, Row, dumps, json_text
+from riverbed.pipelines.operators.json_rows import Json, Row, dumps, json_text, loads
 
 __all__ = [
     "Contribution",
@@ -203,7 +202,7 @@ class JoinKeyState:
 
     @classmethod
     def from_json(cls, text: str) -> JoinKeyState:
-        obj = json.loads(text)
+        obj = loads(text)
         return cls(right=RowState.from_obj(obj["right"]), left=obj["left"])
 
 
@@ -223,7 +222,7 @@ class GroupState:
 
     @property
     def contributions(self) -> dict[Json, Contribution]:
-        return {json.loads(key): c for key, c in self._by_join_key.items()}
+        return {loads(key): c for key, c in self._by_join_key.items()}
 
     def apply(self, rows: Iterable[GroupContribution]) -> bool:
         """Apply one batch of stage 1's rows for this group; True if the total changed."""
@@ -247,7 +246,4 @@ class GroupState:
 
     @classmethod
     def from_json(cls, text: str) -> GroupState:
-        return cls(
-            (json.loads(key), Contribution(rows, tuple(sums)))
-            for key, rows, sums in json.loads(text)
-        )
+        return cls((loads(key), Contribution(rows, tuple(sums))) for key, rows, sums in loads(text))

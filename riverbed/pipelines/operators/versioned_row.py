@@ -37,13 +37,12 @@ lsn, snapshot, row], ...]`` in changelog order).
 from __future__ import annotations
 
 import bisect
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 from riverbed.pipelines.operators.changelog import Change, Op, SourcePosition
-from riverbed.pipelines.operators.json_rows import Json, Row, dumps
+from riverbed.pipelines.operators.json_rows import Json, Row, dumps, loads
 
 __all__ = ["BEGINNING_MS", "Version", "VersionedRow"]
 
@@ -175,4 +174,4 @@ class VersionedRow:
 
     @classmethod
     def from_json(cls, text: str) -> VersionedRow:
-        return cls.from_obj(json.loads(text))
+        return cls.from_obj(loads(text))
