@@ -10,7 +10,13 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from riverbed.pipelines.operators.json_rows import dumps, json_text, loads, state_text
+from riverbed.pipelines.operators.json_rows import (
+    dumps,
+    json_text,
+    loads,
+    read_state,
+    state_text,
+)
 
 JSON_VALUES = st.recursive(
     st.none()
@@ -79,12 +85,17 @@ def test_loads_reads_what_json_reads(value: Any) -> None:
 
 @given(ANY_JSON)
 def test_a_state_with_anything_in_it_reads_back(value: Any) -> None:
-    assert json.dumps(loads(state_text(value))) == json.dumps(value)
+    text = state_text(value)
+    assert json.dumps(read_state(text)) == json.dumps(value)
+    assert json.dumps(read_state(text.encode())) == json.dumps(value)
+    assert json.dumps(loads(text)) == json.dumps(value)
 
 
 def test_integers_beyond_64_bits_and_not_finite_floats_keep_their_value() -> None:
     text = '{"big": 123456789012345678901234567890, "low": -9223372036854775809, "n": 1}'
     assert loads(text) == {"big": 123456789012345678901234567890, "low": -(2**63) - 1, "n": 1}
-    assert math.isnan(loads(state_text({"x": float("nan")}))["x"])  # not null
-    assert loads(state_text([float("inf"), None])) == [math.inf, None]
+    assert math.isnan(read_state(state_text({"x": float("nan")}))["x"])  # not null
+    assert read_state(state_text([float("inf"), None])) == [math.inf, None]
+    assert read_state(state_text({"big": -(2**63) - 1})) == {"big": -(2**63) - 1}
+    assert read_state('{"x": NaN}')["x"] != read_state('{"x": NaN}')["x"]  # json wrote it
     assert json_text({"b": 1e16, "a": 2**70}) == '{"a":1180591620717411303424,"b":1e+16}'

@@ -74,7 +74,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 
-from riverbed.pipelines.operators.json_rows import loads, state_text
+from riverbed.pipelines.operators.json_rows import read_state, state_text
 
 __all__ = [
     "BUCKET",
@@ -216,7 +216,7 @@ class KeyedStates:
 
     def _loaded(self, text: str) -> tuple[dict[str, list[Any]], bool]:
         """A slot's keys read from its text, and whether it names this layout."""
-        entries = loads(text)
+        entries = read_state(text)
         return entries, entries.pop(LAYOUT, None) == self._slot_count
 
     def expect(self, keys: int) -> None:
@@ -325,7 +325,7 @@ class KeyedStates:
         stored = self._due.getValue((page,))
         if stored is None:
             return {}
-        listed = loads(stored[0])
+        listed = read_state(stored[0])
         if isinstance(listed, list):  # one time's list, as kept before pages
             return {page: listed}
         return {int(at): keys for at, keys in listed.items()}

@@ -76,7 +76,15 @@ from riverbed.pipelines.operators.join_stages import (
     LeftRow,
     route_left,
 )
-from riverbed.pipelines.operators.json_rows import Json, dumps, json_text, loads, plain, state_text
+from riverbed.pipelines.operators.json_rows import (
+    Json,
+    dumps,
+    json_text,
+    loads,
+    plain,
+    read_state,
+    state_text,
+)
 
 __all__ = [
     "CONTRIBUTIONS_SCHEMA",
@@ -193,7 +201,7 @@ class JoinKeyStage(KeyedOperator):
                 LeftRow(
                     join_key=loads(join_key_json),
                     left_key=left_key,
-                    row=None if row_text is None else loads(row_text),
+                    row=None if row_text is None else read_state(row_text),
                 )
             )
         out: OutputRows = []
