@@ -190,11 +190,10 @@ class CpuClock:
         return used
 
 
-def cpu_seconds() -> Counter[str]:
+def cpu_snapshot() -> dict[int, tuple[str, float]]:
     """CPU seconds (user + system) so far of Spark's JVM, its Python workers, the broker and
-    this process (the driver's Python side), by kind. Processes that ended are missing:
-    Spark's short-lived workers (planning, the sink's commit) use little."""
-    totals: Counter[str] = Counter()
+    this process (the driver's Python side): per process id, its kind and its seconds."""
+    snapshot: dict[int, tuple[str, float]] = {}
     me = psutil.Process()
     for process in [me, *me.children(recursive=True)]:
         try:
@@ -212,13 +211,24 @@ def cpu_seconds() -> Counter[str]:
             kind = "broker"
         else:
             kind = "other"
-        totals[kind] += used
+        snapshot[process.pid] = (kind, used)
+    return snapshot
+
+
+def cpu_seconds_since(before: dict[int, tuple[str, float]]) -> Counter[str]:
+    """CPU seconds by kind used since :func:`cpu_snapshot` gave ``before``: per process, so
+    that a Python worker that ended meanwhile does not subtract its earlier seconds (it made
+    the totals negative). Processes that ended are missing: Spark's short-lived workers
+    (planning, the sink's commit) use little."""
+    totals: Counter[str] = Counter()
+    for pid, (kind, used) in cpu_snapshot().items():
+        totals[kind] += used - before.get(pid, (kind, 0.0))[1]
     return totals
 
 
 def print_totals(batches: Sequence[dict[str, Any]], cpu_s: Counter[str], seconds: float) -> None:
     """A run's ``durationMs`` summed over its batches' progress reports, and its CPU seconds
-    (:func:`cpu_seconds`) against the ``seconds`` it took on 2 cores."""
+    (:func:`cpu_seconds_since`) against the ``seconds`` it took on 2 cores."""
     total: Counter[str] = Counter()
     for batch in batches:
         total.update(batch.get("durationMs", {}))
@@ -286,7 +296,7 @@ class TimedQuery:
     batches: list[dict[str, Any]]
     """The query's progress reports, as JSON."""
     cpu_s: Counter[str]
-    """CPU seconds used while it ran, by kind (:func:`cpu_seconds`)."""
+    """CPU seconds used while it ran, by kind (:func:`cpu_seconds_since`)."""
 
 
 def run_to_end(
@@ -294,13 +304,12 @@ def run_to_end(
 ) -> TimedQuery:
     """The pipeline as :func:`pipeline_query` starts it (AvailableNow), timed from its start
     to its end, with the CPU seconds used meanwhile; SystemExit if the query failed."""
-    cpu_before = cpu_seconds()
+    cpu_before = cpu_snapshot()
     started = time.perf_counter()
     query = pipeline_query(spark, pipeline, bootstrap, checkpoint, max_offsets=max_offsets)
     query.awaitTermination()
     seconds = time.perf_counter() - started
-    cpu_s = cpu_seconds()
-    cpu_s.subtract(cpu_before)
+    cpu_s = cpu_seconds_since(cpu_before)
     if query.exception() is not None:
         raise SystemExit(f"{pipeline.name} failed: {query.exception()}")
     return TimedQuery(seconds, [json.loads(p.json) for p in query.recentProgress], cpu_s)
