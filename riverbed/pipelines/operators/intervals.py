@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from riverbed.pipelines.operators.json_rows import loads, state_text
+from riverbed.pipelines.operators.json_rows import read_state, state_text
 
 __all__ = ["STATE_VERSION", "IntervalJoinState", "JoinInterval", "Joined", "LeftRow", "RightRow"]
 
@@ -185,4 +185,4 @@ class IntervalJoinState:
 
     @classmethod
     def from_json(cls, text: str) -> IntervalJoinState:
-        return cls.from_obj(loads(text))
+        return cls.from_obj(read_state(text))

@@ -84,18 +84,24 @@ def _quoted(value: Json) -> str | None:
     return None
 
 
-def dumps(value: Json) -> str:
-    """The compact JSON text of ``value`` (no spaces, non-ASCII as it is, keys in their
-    order), exactly as ``json.dumps`` writes it."""
+def _as_json_writes(value: Json, *, sort_keys: bool) -> str:
+    """The compact JSON text ``json.dumps`` writes of ``value`` (non-ASCII as it is, keys
+    sorted or not), made by orjson when that gives the same text."""
     quoted = _quoted(value)
     if quoted is not None:
         return quoted
     if _exact_for_orjson(value):
         try:
-            return orjson.dumps(value).decode()
+            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS if sort_keys else None).decode()
         except TypeError:  # an integer beyond 64 bits, a lone surrogate
             pass
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(value, sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False)
+
+
+def dumps(value: Json) -> str:
+    """The compact JSON text of ``value`` (no spaces, non-ASCII as it is, keys in their
+    order), exactly as ``json.dumps`` writes it."""
+    return _as_json_writes(value, sort_keys=False)
 
 
 JSON_WROTE = " "
@@ -159,15 +165,7 @@ def loads(text: str | bytes) -> Json:
 def json_text(value: Json) -> str:
     """The canonical JSON text of a value (sorted keys): the name of a key in state maps,
     exactly as ``json.dumps(value, sort_keys=True, ...)`` writes it."""
-    quoted = _quoted(value)
-    if quoted is not None:
-        return quoted
-    if _exact_for_orjson(value):
-        try:
-            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
-        except TypeError:  # an integer beyond 64 bits, a lone surrogate
-            pass
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _as_json_writes(value, sort_keys=True)
 
 
 def plain(value: Any) -> Any:
