@@ -310,3 +310,26 @@ def test_slots_written_before_they_named_their_number_are_moved(count: int) -> N
     s.flush()
     assert (LAYOUT_SLOT,) in stored.entries
     assert all(slot < 16 for (slot,) in stored.entries)
+
+
+def test_a_key_listed_nowhere_is_kept_without_a_time_and_the_old_form_still_read() -> None:
+    """``[state]`` for a key listed nowhere, ``[state, time]`` for a listed one: a slot of
+    unlisted keys holds no ``null`` (which state_text would have to check). A slot written
+    before that, ``[state, null]``, reads the same."""
+    handle = MemoryHandle()
+    s = states(handle, resolution_ms=10, slots=1)
+    s.put("a", {"x": 1})
+    s.put("b", {"x": 2}, due_ms=25)
+    s.flush()
+    (slot,) = [v for (k,), (v,) in handle.maps["s"].entries.items() if k != LAYOUT_SLOT]
+    assert json.loads(slot) == {"a": [{"x": 1}], "b": [{"x": 2}, 30], "#": 1}
+    assert "null" not in slot
+    handle.maps["s"].entries[(0,)] = ('{"a":[{"x":1},null],"b":[{"x":2},30],"#":1}',)
+    assert s.get("a") == {"x": 1}
+    s.put("a", {"x": 3}, due_ms=40)  # listed now: it was listed nowhere
+    s.flush()
+    assert sorted(s.due(40)) == [("a", {"x": 3}), ("b", {"x": 2})]
+    s.put("a", {"x": 3})
+    s.flush()
+    (slot,) = [v for (k,), (v,) in handle.maps["s"].entries.items() if k != LAYOUT_SLOT]
+    assert json.loads(slot) == {"a": [{"x": 3}], "b": [{"x": 2}], "#": 1}  # b: swept

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from riverbed.pipelines.operators.json_rows import (
+    JSON_WROTE,
     dumps,
     json_text,
     loads,
@@ -99,3 +100,12 @@ def test_integers_beyond_64_bits_and_not_finite_floats_keep_their_value() -> Non
     assert read_state(state_text({"big": -(2**63) - 1})) == {"big": -(2**63) - 1}
     assert read_state('{"x": NaN}')["x"] != read_state('{"x": NaN}')["x"]  # json wrote it
     assert json_text({"b": 1e16, "a": 2**70}) == '{"a":1180591620717411303424,"b":1e+16}'
+
+
+def test_orjson_writes_a_state_with_nulls_and_json_what_would_not_read_back() -> None:
+    """A ``null`` in orjson's text is ``None`` or a NaN it could not write: the text is read
+    back to tell. A tuple reads back as a list, so json writes it (the same text)."""
+    assert state_text({"a": None, "b": [1, None]}) == '{"a":null,"b":[1,null]}'  # no mark
+    assert state_text([None, float("nan")]) == JSON_WROTE + "[null,NaN]"
+    assert state_text((1, None)) == JSON_WROTE + "[1,null]"
+    assert read_state(state_text((1, None))) == [1, None]

@@ -131,11 +131,18 @@ def round_up(ms: int, resolution_ms: int) -> int:
     return -(-ms // resolution_ms) * resolution_ms
 
 
+def _listed(entry: list[Any]) -> int | None:
+    """The time a key's slot entry is listed under: ``[state, time]``; ``[state]`` (or
+    ``[state, null]``, as written before 2026-11-28) when it is listed nowhere."""
+    return entry[1] if len(entry) > 1 else None
+
+
 class KeyedStates:
     """Per-key states within a bucket (module docstring): map states ``name`` (slot → the
-    JSON object ``{key: [state, listed time]}``) and, with ``resolution_ms``, ``name_due``
-    (time → the keys listed under it) and the value state ``name_timer`` (the bucket's
-    earliest timer).
+    JSON object ``{key: [state, listed time]}``, or ``{key: [state]}`` for a key listed
+    nowhere: no ``null`` that :func:`~riverbed.pipelines.operators.json_rows.state_text`
+    would have to check) and, with ``resolution_ms``, ``name_due`` (time → the keys listed
+    under it) and the value state ``name_timer`` (the bucket's earliest timer).
 
     Reads go through a cache of the slots; call :meth:`flush` at the end of every
     ``handleInputRows`` and ``handleExpiredTimer``: it writes the slots changed and the
@@ -266,9 +273,9 @@ class KeyedStates:
                 raise ValueError("these states have no timers (no resolution_ms)")
             at = round_up(due_ms, self._resolution)
             old = entries.get(key)
-            if old is None or old[1] != at:
+            if old is None or _listed(old) != at:
                 self._pending.setdefault(at, set()).add(key)
-        entries[key] = [state, at]
+        entries[key] = [state] if at is None else [state, at]
         self._dirty.add(slot)
 
     def remove(self, key: str) -> None:
@@ -297,8 +304,8 @@ class KeyedStates:
                 for key in keys:
                     slot, entries = self._slot(key)
                     entry = entries.get(key)
-                    if entry is not None and entry[1] == at:
-                        entry[1] = None  # no longer listed anywhere
+                    if entry is not None and _listed(entry) == at:
+                        del entry[1:]  # no longer listed anywhere
                         self._dirty.add(slot)
                         waiting.append((key, entry[0]))
             self._write_page(page, kept)

@@ -225,7 +225,10 @@ class RowState:
         return True
 
     def as_json(self) -> Json:
-        return {"row": self.row, "position": self.position, "skipped_delete": self.skipped_delete}
+        # the position as a list: orjson writes no NamedTuple, and a state it cannot write
+        # is written by json, several times slower (and read back by json too)
+        position = None if self.position is None else list(self.position)
+        return {"row": self.row, "position": position, "skipped_delete": self.skipped_delete}
 
     @classmethod
     def from_obj(cls, obj: Json) -> RowState:
