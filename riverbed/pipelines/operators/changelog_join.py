@@ -32,11 +32,13 @@ is null are left out before grouping: truncates, and orders without a product.
 key column (:mod:`riverbed.pipelines.operators.buckets`: an order or a product has a change
 or two per micro-batch, and a group per key made PySpark's fixed cost per group the bulk of
 the work) and keep a JSON string per key in a map state of the bucket: stage 0 (``left``),
-the RowState per left key; stage 1 (``join_keys``), the JoinKeyState per join key. Stage 2
-keeps one ValueState per group (``group``), the GroupState (cleared when the group is
-empty). Stages 0 and 1 keep the state of a deleted row (its position, a few bytes) so that
-replayed changes stay ignored. No timers, no watermark: nothing expires, and no input is
-ever late (a change applies whenever it arrives, in log order per key).
+the RowState per left key, of the columns it routes only
+(:func:`~riverbed.pipelines.operators.join_stages.left_state_obj`); stage 1 (``join_keys``),
+the JoinKeyState per join key. Stage 2 keeps one ValueState per group (``group``), the
+GroupState (cleared when the group is empty). Stages 0 and 1 keep the state of a deleted
+row (its position, a few bytes) so that replayed changes stay ignored. No timers, no
+watermark: nothing expires, and no input is ever late (a change applies whenever it
+arrives, in log order per key).
 
 **Exactly once.** Each stage emits the net effect of its batch: at most one row per (join
 key, left key) from stage 0, per (group, join key) from stage 1 and per group from stage 2,
@@ -74,6 +76,8 @@ from riverbed.pipelines.operators.join_stages import (
     JoinKeyState,
     JoinSpec,
     LeftRow,
+    left_state,
+    left_state_obj,
     route_left,
 )
 from riverbed.pipelines.operators.json_rows import (
@@ -163,10 +167,9 @@ class RouteLeftRows(KeyedOperator):
         by_key = _by_key(_changes(batch))
         self.states.expect(len(by_key))
         for name, own in by_key.items():
-            stored = self.states.get(name)
-            state = RowState() if stored is None else RowState.from_obj(stored)
-            routed.extend(route_left(state, own, self.spec))
-            self.states.put(name, state.as_json())
+            state = left_state(self.states.get(name), self.spec)
+            routed.extend(route_left(state, own, self.spec, name=name))
+            self.states.put(name, left_state_obj(state, self.spec))
         return [
             (json_text(r.join_key), r.left_key, None if r.row is None else state_text(r.row))
             for r in routed

@@ -42,7 +42,7 @@ def _sales(order: Row, product: Row) -> tuple[int, ...] | None:
 
 
 CATEGORY_SALES = JoinSpec(
-    join_key=lambda order: order.get("product_id"),
+    join_column="product_id",
     right_key=lambda key: key.get("product_id"),
     group=lambda product: product.get("category"),
     measures=_sales,
