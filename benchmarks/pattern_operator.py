@@ -48,7 +48,7 @@ from riverbed.pipelines.operators.buckets import BUCKETS
 from riverbed.pipelines.operators.pattern_matches import EVENT, KEY, PatternMatches
 from riverbed.pipelines.shop.contract import PAYMENT, WATERMARK_DELAY
 from riverbed.pipelines.shop.fraud_alerts import alerts_processor
-from riverbed.testing.memory_states import MemoryHandle
+from riverbed.testing.memory_states import MemoryHandle, Watermark
 from riverbed.testing.references import fraud_alerts
 
 Batch = tuple[int, dict[int, pd.DataFrame]]
@@ -77,19 +77,6 @@ def batches(payments: list[dict[str, Any]], size: int) -> list[Batch]:
         frames = {b: pd.DataFrame(rows, columns=[KEY, EVENT]) for b, rows in by_bucket.items()}
         out.append((watermark, frames))
     return out
-
-
-class Watermark:
-    """What Spark hands a processor as ``TimerValues`` and ``ExpiredTimerInfo``."""
-
-    def __init__(self, watermark_ms: int, expiry_ms: int = 0) -> None:
-        self.watermark_ms, self.expiry_ms = watermark_ms, expiry_ms
-
-    def getCurrentWatermarkInMs(self) -> int:
-        return self.watermark_ms
-
-    def getExpiryTimeInMs(self) -> int:
-        return self.expiry_ms
 
 
 class Run:

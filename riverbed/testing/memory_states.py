@@ -2,10 +2,13 @@
 map and value states and event-time timers, one grouping key's (a bucket's) at a time.
 
 They behave as Spark's do for what riverbed's operators use (``getValue``, ``updateValue``,
-``removeKey``, ``keys``, ``iterator``; ``get``, ``update``, ``clear``; ``listTimers``,
-``registerTimer``, ``deleteTimer``), count the state calls, and fire timers as Spark does
-(:meth:`MemoryHandle.fire`). Unit tests of the operators' state layout use them, and so does
-``benchmarks/pattern_operator.py``, which measures an operator's Python cost without Spark.
+``removeKey``, ``keys``, ``iterator``; ``exists``, ``get``, ``update``, ``clear``;
+``listTimers``, ``registerTimer``, ``deleteTimer``), count the state calls, and fire timers
+as Spark does (:meth:`MemoryHandle.fire`); :class:`Watermark` stands for the
+``TimerValues`` and ``ExpiredTimerInfo`` of a call. Unit tests of the operators' state
+layout use them, and so do ``benchmarks/pattern_operator.py`` and
+``benchmarks/changelog_join_operator.py``, which measure operators' Python cost without
+Spark.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["MemoryHandle", "MemoryMapState", "MemoryValueState"]
+__all__ = ["MemoryHandle", "MemoryMapState", "MemoryValueState", "Watermark"]
 
 
 class MemoryMapState:
@@ -45,6 +48,9 @@ class MemoryMapState:
 class MemoryValueState:
     def __init__(self) -> None:
         self.value: tuple[Any, ...] | None = None
+
+    def exists(self) -> bool:
+        return self.value is not None
 
     def get(self) -> tuple[Any, ...] | None:
         return self.value
@@ -86,3 +92,17 @@ class MemoryHandle:
         due = sorted(t for t in self.timers if t <= watermark)
         self.timers -= set(due)
         return due
+
+
+class Watermark:
+    """What Spark hands a processor as ``TimerValues`` and ``ExpiredTimerInfo``: the
+    batch's watermark, and a fired timer's time."""
+
+    def __init__(self, watermark_ms: int = 0, expiry_ms: int = 0) -> None:
+        self.watermark_ms, self.expiry_ms = watermark_ms, expiry_ms
+
+    def getCurrentWatermarkInMs(self) -> int:
+        return self.watermark_ms
+
+    def getExpiryTimeInMs(self) -> int:
+        return self.expiry_ms
