@@ -7,18 +7,21 @@ reading topics back and the pipelines' references are riverbed.testing's.
 
 from __future__ import annotations
 
+import cProfile
 import json
 import math
 import os
 import platform
+import pstats
 import re
+import statistics
 import subprocess
 import sys
 import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -362,3 +365,18 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> Non
         cells = [str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in
                  enumerate(zip(row, widths, strict=True))]  # fmt: skip
         print("  ".join(cells), flush=True)
+
+
+def print_profile(call: Callable[[], object]) -> None:
+    """Run ``call`` once under cProfile and print its top functions, by their own time
+    and inclusive (the operator benchmarks' ``--profile``)."""
+    profile = cProfile.Profile()
+    profile.runcall(call)
+    pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+    pstats.Stats(profile).sort_stats("cumulative").print_stats(25)
+
+
+def print_spread(figures: Sequence[float], unit: str) -> None:
+    """The median of several runs' figures, with the smallest and the largest."""
+    print(f"median {statistics.median(figures):.1f} {unit} "
+          f"(min {min(figures):.1f}, max {max(figures):.1f})")  # fmt: skip

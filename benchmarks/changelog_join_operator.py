@@ -25,10 +25,7 @@ Not part of the test run; results go in BENCHMARKS.md.
 from __future__ import annotations
 
 import argparse
-import cProfile
 import json
-import pstats
-import statistics
 import sys
 import time
 import zlib
@@ -39,6 +36,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _common import print_profile, print_spread
 from pipelines_joins import SHOP, CategorySalesInputs, Record, generate
 
 from riverbed.pipelines.operators.buckets import BUCKETS
@@ -173,11 +171,7 @@ def main() -> None:
     print(f"{len(inputs.records):,} change records in {len(work)} batches, made in "
           f"{time.perf_counter() - started:.1f} s")  # fmt: skip
     if args.profile:
-        run = Run()
-        profile = cProfile.Profile()
-        profile.runcall(run, work)
-        pstats.Stats(profile).sort_stats("tottime").print_stats(25)
-        pstats.Stats(profile).sort_stats("cumulative").print_stats(25)
+        print_profile(lambda: Run()(work))
         return
     totals = []
     for i in range(args.repeat):
@@ -189,8 +183,7 @@ def main() -> None:
         print(f"run {i + 1}: {sum(per_stage):.1f} CPU-µs a record (stages "
               f"{', '.join(f'{x:.1f}' for x in per_stage)}), state text at the end "
               f"{', '.join(f'{x:.1f}' for x in states)} MiB, {check(run, inputs)}")  # fmt: skip
-    print(f"median {statistics.median(totals):.1f} CPU-µs a record "
-          f"(min {min(totals):.1f}, max {max(totals):.1f})")  # fmt: skip
+    print_spread(totals, "CPU-µs a record")
 
 
 if __name__ == "__main__":

@@ -28,10 +28,7 @@ BENCHMARKS.md.
 from __future__ import annotations
 
 import argparse
-import cProfile
 import json
-import pstats
-import statistics
 import sys
 import time
 import zlib
@@ -42,6 +39,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _common import print_profile, print_spread
 from pipelines_joins import SHOP, FraudAlertsInputs, generate
 
 from riverbed.pipelines.operators.buckets import BUCKETS
@@ -169,11 +167,7 @@ def main() -> None:
     print(f"{len(payments):,} payments in {len(work)} batches, made in "
           f"{time.perf_counter() - started:.1f} s")  # fmt: skip
     if args.profile:
-        run = Run()
-        profile = cProfile.Profile()
-        profile.runcall(run, work)
-        pstats.Stats(profile).sort_stats("tottime").print_stats(25)
-        pstats.Stats(profile).sort_stats("cumulative").print_stats(25)
+        print_profile(lambda: Run()(work))
         return
     figures = []
     for i in range(args.repeat):
@@ -184,8 +178,7 @@ def main() -> None:
         figures.append(per_payment)
         print(f"run {i + 1}: {per_payment:.1f} CPU-µs a payment, state at the end "
               f"{run.state_bytes() / 2**20:.1f} MiB, {check(run, payments)}")  # fmt: skip
-    print(f"median {statistics.median(figures):.1f} CPU-µs a payment "
-          f"(min {min(figures):.1f}, max {max(figures):.1f})")  # fmt: skip
+    print_spread(figures, "CPU-µs a payment")
 
 
 if __name__ == "__main__":
