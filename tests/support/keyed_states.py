@@ -12,10 +12,11 @@ from riverbed.pipelines.operators.buckets import LAYOUT, LAYOUT_SLOT
 
 def slot_entries(peeked: Mapping[tuple[Any, ...], tuple[Any, ...]]) -> dict[str, list[Any]]:
     """Each key's ``[state, listed time]`` in a bucket's slots (``{(slot,): (text,)}``), the
-    entries that name the layout left out."""
+    entries that name the layout left out (the time None for a key listed nowhere, which a
+    slot keeps as ``[state]``)."""
     entries: dict[str, list[Any]] = {}
     for (slot,), (text,) in peeked.items():
         if slot != LAYOUT_SLOT:
             entries.update(json.loads(text))
     entries.pop(LAYOUT, None)
-    return entries
+    return {key: [entry[0], entry[1] if len(entry) > 1 else None] for key, entry in entries.items()}
