@@ -50,6 +50,14 @@ def add_parser(commands: Any) -> None:
         help="Spark's checkpoint directory (default data/checkpoints/NAME)",
     )
     add_number(run, "--trigger-ms", positive_int, 1000, "start a micro-batch every N ms")
+    run.add_argument(
+        "--max-offsets-per-trigger",
+        type=positive_int,
+        metavar="N",
+        help="read at most N records a micro-batch, spread over the input partitions "
+        "(Spark's maxOffsetsPerTrigger; default: all there is). Larger batches process a "
+        "backlog faster (BENCHMARKS.md), smaller ones bound a batch's time and memory",
+    )
     run.add_argument("--master", help="Spark master (default local[N], N = the machine's cores)")
     run.set_defaults(run=_run)
     listing = add_command(actions, "list", "describe every pipeline")
@@ -72,6 +80,7 @@ def _run(args: argparse.Namespace) -> int:
         bootstrap=args.bootstrap,
         checkpoint=args.checkpoint or Path("data") / "checkpoints" / args.name,
         trigger_ms=args.trigger_ms,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
         master=args.master,
         connect_timeout_s=args.connect_timeout_ms / 1000,
     )

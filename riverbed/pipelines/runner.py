@@ -68,6 +68,9 @@ class RunConfig:
     bootstrap: str
     checkpoint: Path
     trigger_ms: int = 1000
+    max_offsets_per_trigger: int | None = None
+    """The source's ``maxOffsetsPerTrigger``; None: Spark's default, a batch reads all
+    there is."""
     master: str | None = None
     progress_every_s: float = 10.0
     connect_timeout_s: float = 10.0
@@ -167,13 +170,15 @@ def run(
     except riverbed.spark.WorkerSetupError as e:  # one line: what to set
         raise PipelineError(str(e)) from None
     try:
-        source = (
+        reader = (
             spark.readStream.format("riverbed")
             .option("kafka.bootstrap.servers", config.bootstrap)
             .option("subscribe", ",".join(pipeline.inputs))
             .option("startingOffsets", "earliest")
-            .load()
         )
+        if config.max_offsets_per_trigger is not None:
+            reader = reader.option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
+        source = reader.load()
         query = (
             pipeline.build(source)
             .writeStream.format("riverbed")

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from riverbed.testing.references import page_views_per_minute
@@ -16,6 +17,9 @@ from tests.support.cli import library_noise
 from tests.support.events import BASE, page_views
 from tests.support.pipelines import PipelineProcess
 from tests.support.topics import changelog, keyed, produce_events, read_json
+
+MAX_OFFSETS = 25
+"""``--max-offsets-per-trigger`` of the run that reads a backlog."""
 
 
 def _riverbed(*args: str) -> subprocess.CompletedProcess[str]:
@@ -66,9 +70,10 @@ def test_an_unreachable_broker(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_a_bad_trigger_interval() -> None:
-    result = _riverbed("run", "user_sessions", "--trigger-ms", "0")
-    assert result.returncode == 2 and "must be at least 1" in result.stderr
+@pytest.mark.parametrize("option", ["--trigger-ms", "--max-offsets-per-trigger"])
+def test_a_bad_number(option: str) -> None:
+    result = _riverbed("run", "user_sessions", option, "0")
+    assert result.returncode == 2 and f"{option}: must be at least 1" in result.stderr
 
 
 def _closed_windows(bootstrap: str, timeout_s: float = 60) -> dict[str, dict[str, object]]:
@@ -82,12 +87,23 @@ def _closed_windows(bootstrap: str, timeout_s: float = 60) -> dict[str, dict[str
 def test_a_run_prints_riverbed_lines_only(broker_process: BrokerProcess, tmp_path: Path) -> None:
     """A run that does real work (Spark's first start in the process; stateful windows,
     whose transformWithState driver worker announces itself; the sink's admin clients) and
-    stops: its stderr holds none of the JVM's, log4j's, PySpark's or librdkafka's lines."""
+    stops: its stderr holds none of the JVM's, log4j's, PySpark's or librdkafka's lines.
+    Its backlog is read in batches of at most ``--max-offsets-per-trigger`` records."""
     bootstrap = broker_process.bootstrap
     events = page_views(7, users=20, start=BASE, hours=1, prefix="q")
     produce_events(bootstrap, "page_views", events)
-    pipeline = PipelineProcess.start(tmp_path, "page_views_per_minute", bootstrap, tmp_path / "ck")
+    pipeline = PipelineProcess.start(
+        tmp_path,
+        "page_views_per_minute",
+        bootstrap,
+        tmp_path / "ck",
+        "local[2]",
+        "--max-offsets-per-trigger",
+        str(MAX_OFFSETS),
+    )
     pipeline.wait_caught_up()
+    read = [rows for _, rows, _ in pipeline.batches() if rows]
+    assert max(read) <= MAX_OFFSETS and sum(read) == len(events) > 3 * MAX_OFFSETS
     windows = _closed_windows(bootstrap)
     assert pipeline.stop() == 0, pipeline.log()
     expected = keyed(page_views_per_minute(events), "window_start", "page")

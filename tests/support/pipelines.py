@@ -21,8 +21,15 @@ TRIGGER_MS = 300  # short micro-batches: the tests wait for a few of them
 class PipelineProcess(ChildProcess):
     @classmethod
     def start(
-        cls, tmp_path: Path, name: str, bootstrap: str, checkpoint: Path, master: str = "local[2]"
+        cls,
+        tmp_path: Path,
+        name: str,
+        bootstrap: str,
+        checkpoint: Path,
+        master: str = "local[2]",
+        *options: str,
     ) -> PipelineProcess:
+        """``riverbed pipeline run name`` with short triggers, and any further ``options``."""
         child = ChildProcess.spawn(
             tmp_path / f"{name}-{time.monotonic_ns()}.log",
             "pipeline",
@@ -36,6 +43,7 @@ class PipelineProcess(ChildProcess):
             str(TRIGGER_MS),
             "--master",
             master,
+            *options,
         )
         return cls(child.process, child.log_path)
 
