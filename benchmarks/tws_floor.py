@@ -82,9 +82,6 @@ class Nothing(StatefulProcessor):
             self.count.update((before + seen,))
         return iter(())
 
-    def close(self) -> None:
-        pass
-
 
 def parsed(source: DataFrame) -> DataFrame:
     return with_event_time(payments(source), WATERMARK_DELAY)

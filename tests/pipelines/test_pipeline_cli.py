@@ -97,9 +97,7 @@ def test_a_run_prints_riverbed_lines_only(broker_process: BrokerProcess, tmp_pat
         "page_views_per_minute",
         bootstrap,
         tmp_path / "ck",
-        "local[2]",
-        "--max-offsets-per-trigger",
-        str(MAX_OFFSETS),
+        options=("--max-offsets-per-trigger", str(MAX_OFFSETS)),
     )
     pipeline.wait_caught_up()
     read = [rows for _, rows, _ in pipeline.batches() if rows]

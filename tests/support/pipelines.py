@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ class PipelineProcess(ChildProcess):
         bootstrap: str,
         checkpoint: Path,
         master: str = "local[2]",
-        *options: str,
+        options: Sequence[str] = (),
     ) -> PipelineProcess:
         """``riverbed pipeline run name`` with short triggers, and any further ``options``."""
         child = ChildProcess.spawn(
