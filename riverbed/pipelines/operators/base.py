@@ -42,6 +42,7 @@ from pyspark.sql.streaming.stateful_processor import (
 from pyspark.sql.types import StringType, StructField, StructType
 
 from riverbed.pipelines.operators.buckets import BUCKET, SLOTS, KeyedStates, bucket_of
+from riverbed.spark.worker_gc import freeze_survivors
 
 __all__ = [
     "GC_THRESHOLD",
@@ -88,10 +89,13 @@ class Operator(StatefulProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         """Before the first key of a task, in the Python worker: collect garbage less often
         there (:data:`GC_THRESHOLD`; PySpark reuses its workers, so this stays for the next
-        tasks). Subclasses that set up states call this first."""
+        tasks) and freeze what is alive
+        (:func:`~riverbed.spark.worker_gc.freeze_survivors`). Subclasses that set up states
+        call this first."""
         young, *older = gc.get_threshold()
         if young < GC_THRESHOLD:
             gc.set_threshold(GC_THRESHOLD, *older)
+        freeze_survivors()
 
     def on_input(self, key: Any, batch: pd.DataFrame, watermark_ms: int) -> OutputRows:
         """One key's input rows of the micro-batch (the grouping key's values, all its rows

@@ -67,6 +67,7 @@ from confluent_kafka.admin import AdminClient
 from riverbed.spark.errors import SinkWriteError
 from riverbed.spark.sink.config import SinkPlan
 from riverbed.spark.sink.rows import produce_batches, row_topic
+from riverbed.spark.worker_gc import freeze_survivors
 
 __all__ = ["TaskOutcome", "TaskState", "WriteTask", "sink_id", "write_task"]
 
@@ -245,6 +246,7 @@ def _init_transactions(producer: Producer, task: WriteTask) -> None:
 
 def write_task(plan: SinkPlan, batches: Iterable[pa.RecordBatch], task: WriteTask) -> TaskOutcome:
     """Write one task's rows exactly once (see the module docstring). Runs on an executor."""
+    freeze_survivors()
     rows = _non_empty(batches)
     first = next(rows, None)
     if first is None:

@@ -54,6 +54,7 @@ from riverbed.spark.source.offsets import (
 )
 from riverbed.spark.source.options import SourceOptions, parse_source_options
 from riverbed.spark.source.range_reader import ReadConfig, read_range
+from riverbed.spark.worker_gc import freeze_survivors
 
 __all__ = ["BatchReader", "OffsetRangePartition", "StreamReader"]
 
@@ -90,6 +91,7 @@ def _input_partitions(
 
 
 def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    freeze_survivors()
     if isinstance(partition, OffsetRangePartition):
         return read_range(partition.range, partition.config)
     if type(partition) is InputPartition and partition.value is None:
