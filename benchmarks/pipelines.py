@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/pipelines.py [--events 2000000] [--repeat 3] [--warmup 1]
         [--max-offsets 250000] [--latency-seconds 360] [--rate 2000] [--trigger-ms 1000]
-        [--session-events 1000000] [--quick] [--only throughput sessions latency]
+        [--session-events 1000000] [--quick] [--only throughput sessions latency floor]
         [--conf KEY=VALUE ...]
 
 About 10 minutes with the defaults; ``--quick`` (a smoke run) about 5.
@@ -39,6 +39,12 @@ any clock runs), then:
    window, when the batch that read the first event past that moment and the batch that
    closed the window started and how long they took; durationMs of the closing batches and
    of the others.
+4. **Floor** (``--only floor``, not run by default): the throughput run's page views through
+   the pipeline's first steps only, each query stopping after one more step behind a filter
+   no row passes (evaluated per row, so nothing before it is optimised away): ``read``
+   (the riverbed source), ``parse`` (``page_views``' JSON parse and the watermark),
+   ``panes`` (the count per pane before the shuffle), then the whole pipeline (checked as
+   in 1), one after another, ``--warmup`` rounds first: what each step costs.
 
 Not part of the test run; results go in BENCHMARKS.md.
 """
@@ -52,7 +58,8 @@ import statistics
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -71,11 +78,16 @@ from _common import (
 )
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 import riverbed.spark
+from riverbed.pipelines.operators.inputs import with_event_time
+from riverbed.pipelines.operators.windowed_counts import panes
 from riverbed.pipelines.pipeline import Pipeline
 from riverbed.pipelines.shop import PIPELINES
+from riverbed.pipelines.shop.contract import WATERMARK_DELAY
+from riverbed.pipelines.shop.page_views_per_minute import page_view_counter, page_views
 from riverbed.testing.references import page_views_per_minute, user_sessions
 from riverbed.testing.topic_reader import read_to_end
 
@@ -283,6 +295,69 @@ def throughput(spark: SparkSession, bootstrap: str, root: Path, args: argparse.N
         f"per data batch median {statistics.median(rates):,.0f} rows/s",
         flush=True,
     )
+
+
+def nothing(rows: DataFrame, passes_none: Any) -> DataFrame:
+    """``rows`` filtered by a condition no row passes, evaluated per row (so that nothing
+    before it is optimised away), in the sink's columns."""
+    return rows.where(passes_none).select(
+        F.lit("none").alias("topic"), F.lit("none").alias("key"), F.lit("none").alias("value")
+    )
+
+
+def parsed(source: DataFrame) -> DataFrame:
+    return with_event_time(page_views(source), WATERMARK_DELAY)
+
+
+FLOOR: dict[str, Callable[[DataFrame], DataFrame]] = {
+    "read": lambda source: nothing(source, F.length("value") < 0),
+    "parse": lambda source: nothing(parsed(source), F.col("ts") < 0),
+    "panes": lambda source: nothing(
+        panes(
+            parsed(source),
+            page_view_counter(size_ms=MINUTE_MS, slide_ms=MINUTE_MS, topic=OUTPUT, late_topic=LATE),
+        ),
+        F.col("pane_events") < 0,
+    ),
+}
+"""The floor's queries: each stops after one more of the pipeline's steps."""
+
+
+def floor(spark: SparkSession, bootstrap: str, root: Path, args: argparse.Namespace) -> None:
+    """The throughput run's page views through the pipeline's first steps only, then the
+    whole pipeline, one after another: what each step adds (module docstring)."""
+    create_topics(bootstrap, fresh=False)
+    workload = fill(bootstrap, args.events)
+    print(
+        f"floor: {args.events:,} page views, AvailableNow, maxOffsetsPerTrigger "
+        f"{args.max_offsets:,}",
+        flush=True,
+    )
+    table = []
+    for number in range(1 - args.warmup, args.repeat + 1):
+        for name, build in [*FLOOR.items(), ("page_views_per_minute", None)]:
+            checkpoint = root / f"cp-floor-{number}-{name}"
+            if build is None:
+                run = throughput_run(spark, bootstrap, workload, checkpoint, args.max_offsets)
+                seconds, batches, cpu_s = run.seconds, run.batches, run.cpu_s
+            else:
+                query = replace(PIPELINE, build=build)
+                timed = run_to_end(spark, query, bootstrap, checkpoint, args.max_offsets)
+                seconds, batches, cpu_s = timed.seconds, timed.batches, timed.cpu_s
+            read = sum(b.get("numInputRows", 0) for b in batches)
+            if read != args.events:
+                raise SystemExit(f"{name} read {read:,} page views of {args.events:,}")
+            label = "warm-up, not counted" if number < 1 else f"run {number}"
+            print(f"{name} ({label}): {args.events / seconds:,.0f} events/s", flush=True)
+            print_totals(batches, cpu_s, seconds)
+            if number >= 1:
+                table.append(
+                    f"| {name} | {number} | {args.events / seconds:,.0f} | "
+                    f"{cpu_s['JVM']:.1f} | {cpu_s['Python workers']:.1f} |"
+                )
+    print("\n| query | run | events/s | JVM CPU-s | Python workers CPU-s |")
+    print("|---|---|---|---|---|")
+    print("\n".join(table), flush=True)
 
 
 def paced_produce(bootstrap: str, rate: int, seconds: float) -> int:
@@ -502,7 +577,7 @@ def main() -> None:
     parser.add_argument(
         "--only",
         nargs="+",
-        choices=["throughput", "sessions", "latency"],
+        choices=["throughput", "sessions", "latency", "floor"],
         default=["throughput", "sessions", "latency"],
     )
     parser.add_argument(
@@ -532,6 +607,8 @@ def main() -> None:
                 sessions(spark, root, args)
             if "latency" in args.only:
                 latency(spark, root, args)
+            if "floor" in args.only:
+                floor(spark, bootstrap, root, args)
         finally:
             spark.stop()
             process.terminate()

@@ -40,8 +40,9 @@ from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 from riverbed.pipelines.operators.base import OUTPUT_SCHEMA, Operator, OutputRows
 from riverbed.pipelines.operators.json_rows import dumps, plain
 from riverbed.pipelines.operators.windows import counts_by_window, late_reason, pane_start
+from riverbed.spark.worker_gc import freeze_survivors
 
-__all__ = ["WindowedCounts", "count_panes", "windowed_counts"]
+__all__ = ["WindowedCounts", "count_panes", "panes", "windowed_counts"]
 
 PANE_START, PANE_EVENTS, PANE_ROWS = "pane_start", "pane_events", "pane_rows"
 
@@ -102,6 +103,7 @@ def _ipc(table: pa.Table) -> bytes:
 
 
 def _pane_batches(batches: Iterator[pa.RecordBatch], **panes: Any) -> Iterator[pa.RecordBatch]:
+    freeze_survivors()
     for batch in batches:
         counted = count_panes(batch, **panes)
         if counted.num_rows:
@@ -190,10 +192,9 @@ class WindowedCounts(Operator):
         return [(self.topic, dumps(result_key), dumps(value))]
 
 
-def windowed_counts(events: DataFrame, processor: WindowedCounts) -> DataFrame:
-    """Apply :class:`WindowedCounts` (events need a watermark:
-    :func:`~riverbed.pipelines.operators.inputs.with_event_time`), counting per pane before
-    the shuffle (module docstring)."""
+def panes(events: DataFrame, processor: WindowedCounts) -> DataFrame:
+    """The events counted per grouping key and pane where they are read, before the shuffle
+    (:func:`count_panes` in a ``mapInArrow``): :class:`WindowedCounts`' input."""
     pane_schema = StructType(
         [
             *(events.schema[name] for name in processor.key_fields),
@@ -202,7 +203,15 @@ def windowed_counts(events: DataFrame, processor: WindowedCounts) -> DataFrame:
             StructField(PANE_ROWS, BinaryType(), False),
         ]
     )
-    panes = events.mapInArrow(processor.pane_counter(), pane_schema)
-    return panes.groupBy(*processor.key_fields).transformWithStateInPandas(
-        processor, processor.output_schema, "append", "EventTime"
+    return events.mapInArrow(processor.pane_counter(), pane_schema)
+
+
+def windowed_counts(events: DataFrame, processor: WindowedCounts) -> DataFrame:
+    """Apply :class:`WindowedCounts` (events need a watermark:
+    :func:`~riverbed.pipelines.operators.inputs.with_event_time`), counting per pane before
+    the shuffle (module docstring)."""
+    return (
+        panes(events, processor)
+        .groupBy(*processor.key_fields)
+        .transformWithStateInPandas(processor, processor.output_schema, "append", "EventTime")
     )

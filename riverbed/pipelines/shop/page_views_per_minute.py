@@ -3,7 +3,7 @@
 window goes to ``late_events`` with the reason, keyed by ``event_id``.
 
 The operator is :class:`~riverbed.pipelines.operators.windowed_counts.WindowedCounts`
-(watermark 2 minutes): :func:`page_view_counts` builds it for any window size and slide,
+(watermark 2 minutes): :func:`page_view_counter` makes it for any window size and slide,
 so ``page_views_sliding`` is the same pipeline with hopping windows.
 """
 
@@ -17,7 +17,7 @@ from riverbed.pipelines.operators.inputs import json_events, with_event_time
 from riverbed.pipelines.operators.windowed_counts import WindowedCounts, windowed_counts
 from riverbed.pipelines.shop.contract import MINUTE_MS, PAGE_VIEW, WATERMARK_DELAY
 
-__all__ = ["build", "page_view_counts", "page_views"]
+__all__ = ["build", "page_view_counter", "page_view_counts", "page_views"]
 
 
 def page_views(source: DataFrame) -> DataFrame:
@@ -26,22 +26,31 @@ def page_views(source: DataFrame) -> DataFrame:
     return json_events(source, "page_views", PAGE_VIEW)
 
 
+def page_view_counter(
+    *, size_ms: int, slide_ms: int, topic: str, late_topic: str
+) -> WindowedCounts:
+    """The windowed-count operator of page views per page, late ones to ``late_topic``."""
+    return WindowedCounts(
+        key_fields=["page"],
+        size_ms=size_ms,
+        slide_ms=slide_ms,
+        topic=topic,
+        count_field="views",
+        late_topic=late_topic,
+        late_key_field="event_id",
+        event_fields=PAGE_VIEW.fieldNames(),
+    )
+
+
 def page_view_counts(
     *, size_ms: int, slide_ms: int, topic: str, late_topic: str
 ) -> Callable[[DataFrame], DataFrame]:
-    """Page views per page and window (the windowed-count operator), late ones aside."""
+    """Page views per page and window (:func:`page_view_counter`), late ones aside."""
+    counts = page_view_counter(
+        size_ms=size_ms, slide_ms=slide_ms, topic=topic, late_topic=late_topic
+    )
 
     def build(source: DataFrame) -> DataFrame:
-        counts = WindowedCounts(
-            key_fields=["page"],
-            size_ms=size_ms,
-            slide_ms=slide_ms,
-            topic=topic,
-            count_field="views",
-            late_topic=late_topic,
-            late_key_field="event_id",
-            event_fields=PAGE_VIEW.fieldNames(),
-        )
         return windowed_counts(with_event_time(page_views(source), WATERMARK_DELAY), counts)
 
     return build
