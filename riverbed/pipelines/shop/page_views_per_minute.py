@@ -46,11 +46,11 @@ def page_view_counts(
     *, size_ms: int, slide_ms: int, topic: str, late_topic: str
 ) -> Callable[[DataFrame], DataFrame]:
     """Page views per page and window (:func:`page_view_counter`), late ones aside."""
-    counts = page_view_counter(
-        size_ms=size_ms, slide_ms=slide_ms, topic=topic, late_topic=late_topic
-    )
 
     def build(source: DataFrame) -> DataFrame:
+        counts = page_view_counter(
+            size_ms=size_ms, slide_ms=slide_ms, topic=topic, late_topic=late_topic
+        )
         return windowed_counts(with_event_time(page_views(source), WATERMARK_DELAY), counts)
 
     return build
