@@ -10,7 +10,7 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from riverbed.pipelines.operators.windowed_counts import count_panes
+from riverbed.pipelines.operators.windowed_counts import WindowedCounts, count_panes
 
 FIELDS = ["event_id", "user_id", "page", "ts"]
 SCHEMA = pa.schema(
@@ -86,3 +86,32 @@ def test_a_batch_of_incomplete_events_gives_no_pane() -> None:
     )
     assert panes.num_rows == 0
     assert panes.schema.names == ["page", "pane_start", "pane_events", "pane_rows"]
+
+
+def _json_panes(*values: bytes | None) -> list[dict[str, Any]]:
+    counter = WindowedCounts(
+        key_fields=["page"], size_ms=10, slide_ms=10, topic="out", count_field="views",
+        late_topic=None, late_key_field="event_id", event_fields=FIELDS,
+    )  # fmt: skip
+    step = counter.pane_counter(SCHEMA)
+    batch = pa.RecordBatch.from_pydict({"value": pa.array(values, pa.binary())})
+    return [row for out in step(iter([batch])) for row in out.to_pylist()]
+
+
+def test_the_json_pane_step_parses_the_values_and_carries_the_batch_s_latest_ts() -> None:
+    rows = _json_panes(
+        b'{"page": "/", "ts": 5}', b"not json", None, b'{"page": "/", "ts": 7}',
+        b'{"ts": 31}', b'{"page": "/a", "ts": 12}',
+    )  # fmt: skip
+    assert rows == [
+        {"page": "/", "pane_start": 0, "pane_events": 2, "pane_rows": b"", "batch_max_ts": 31},
+        {"page": "/a", "pane_start": 10, "pane_events": 1, "pane_rows": b"", "batch_max_ts": 31},
+    ]
+
+
+def test_event_times_without_a_pane_still_reach_the_watermark() -> None:
+    # No page: no pane, but Spark's watermark on the parsed events would see ts 40.
+    assert _json_panes(b'{"ts": 40}', b'{"ts": 25, "user_id": "u"}') == [
+        {"page": None, "pane_start": 0, "pane_events": 0, "pane_rows": b"", "batch_max_ts": 40}
+    ]
+    assert _json_panes(b"not json", b'{"page": "/"}') == []  # no event time: nothing at all

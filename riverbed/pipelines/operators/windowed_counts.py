@@ -34,21 +34,34 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from riverbed.pipelines.operators.base import OUTPUT_SCHEMA, Operator, OutputRows
+from riverbed.pipelines.operators.inputs import with_event_time
+from riverbed.pipelines.operators.json_arrow import arrow_schema, parse_json_objects
 from riverbed.pipelines.operators.json_rows import dumps, plain
 from riverbed.pipelines.operators.windows import counts_by_window, late_reason, pane_start
 from riverbed.spark.worker_gc import freeze_survivors
 
-__all__ = ["WindowedCounts", "count_panes", "panes", "windowed_counts"]
+__all__ = [
+    "WindowedCounts",
+    "count_panes",
+    "json_panes",
+    "panes",
+    "windowed_counts",
+    "windowed_json_counts",
+]
 
 PANE_START, PANE_EVENTS, PANE_ROWS = "pane_start", "pane_events", "pane_rows"
+BATCH_MAX_TS = "batch_max_ts"
+_KINDS = {"string": "string", "bigint": "long"}
+"""Spark's types of the fields :mod:`~riverbed.pipelines.operators.json_arrow` parses."""
 
 
 def count_panes(
-    batch: pa.RecordBatch,
+    batch: pa.RecordBatch | pa.Table,
     *,
     key_fields: Sequence[str],
     slide_ms: int,
@@ -59,7 +72,7 @@ def count_panes(
     (key, pane) with the key fields, ``pane_start``, ``pane_events`` (the count) and
     ``pane_rows``, the pane's ``event_fields`` as an Arrow IPC stream (empty when
     ``event_fields`` is). Events without one of the ``required`` fields are left out."""
-    table = pa.Table.from_batches([batch])
+    table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
     valid = np.ones(table.num_rows, dtype=bool)
     for name in required:
         valid &= table[name].is_valid().to_numpy(zero_copy_only=False)
@@ -110,6 +123,26 @@ def _pane_batches(batches: Iterator[pa.RecordBatch], **panes: Any) -> Iterator[p
             yield counted
 
 
+def _json_pane_batches(
+    batches: Iterator[pa.RecordBatch], *, schema: pa.Schema, **panes: Any
+) -> Iterator[pa.RecordBatch]:
+    """:func:`_pane_batches` of the records' values parsed as JSON objects, each output row
+    with ``batch_max_ts``, the greatest ``ts`` of its input batch, for the watermark; an
+    input batch with event times but no pane gives one row of null keys and no events."""
+    freeze_survivors()
+    for batch in batches:
+        events = parse_json_objects(batch.column("value"), schema)
+        top = pc.max(events["ts"]).as_py() if events.num_rows else None
+        if top is None:
+            continue
+        counted = count_panes(events, **panes)
+        if not counted.num_rows:
+            counted = pa.RecordBatch.from_pylist(
+                [{PANE_START: 0, PANE_EVENTS: 0, PANE_ROWS: b""}], schema=counted.schema
+            )
+        yield counted.append_column(BATCH_MAX_TS, pa.array([top] * counted.num_rows, pa.int64()))
+
+
 class WindowedCounts(Operator):
     """Counts per grouping key and event-time window (tumbling or hopping), emitted once per
     window when the watermark reaches its end; late events go to ``late_topic`` (None: no
@@ -136,11 +169,15 @@ class WindowedCounts(Operator):
         self.late_topic, self.late_key_field = late_topic, late_key_field
         self.event_fields = list(event_fields)
 
-    def pane_counter(self) -> Any:
-        """The ``mapInArrow`` function that counts events per key and pane."""
+    def pane_counter(self, json_schema: pa.Schema | None = None) -> Any:
+        """The ``mapInArrow`` function that counts events per key and pane; with
+        ``json_schema``, of records' values, parsed first (:func:`windowed_json_counts`)."""
         late = self.late_topic is not None
+        step = _pane_batches if json_schema is None else _json_pane_batches
+        extra = {} if json_schema is None else {"schema": json_schema}
         return functools.partial(
-            _pane_batches,
+            step,
+            **extra,
             key_fields=self.key_fields,
             slide_ms=self.slide_ms,
             required=[*self.key_fields, "ts", *([self.late_key_field] if late else [])],
@@ -153,6 +190,8 @@ class WindowedCounts(Operator):
         self.counts = handle.getMapState("counts", "window_start LONG", "count LONG")
 
     def on_input(self, key: Any, batch: pd.DataFrame, watermark_ms: int) -> OutputRows:
+        if not batch[PANE_EVENTS].any():
+            return []  # only rows that carried event times to the watermark
         counts, late_rows, late_starts = counts_by_window(
             batch[PANE_START].to_numpy(dtype=np.int64),
             self.size_ms,
@@ -192,26 +231,58 @@ class WindowedCounts(Operator):
         return [(self.topic, dumps(result_key), dumps(value))]
 
 
-def panes(events: DataFrame, processor: WindowedCounts) -> DataFrame:
-    """The events counted per grouping key and pane where they are read, before the shuffle
-    (:func:`count_panes` in a ``mapInArrow``): :class:`WindowedCounts`' input."""
-    pane_schema = StructType(
+def _pane_schema(events: StructType, processor: WindowedCounts) -> StructType:
+    return StructType(
         [
-            *(events.schema[name] for name in processor.key_fields),
+            *(events[name] for name in processor.key_fields),
             StructField(PANE_START, LongType(), False),
             StructField(PANE_EVENTS, LongType(), False),
             StructField(PANE_ROWS, BinaryType(), False),
         ]
     )
-    return events.mapInArrow(processor.pane_counter(), pane_schema)
+
+
+def panes(events: DataFrame, processor: WindowedCounts) -> DataFrame:
+    """The events counted per grouping key and pane where they are read, before the shuffle
+    (:func:`count_panes` in a ``mapInArrow``): :class:`WindowedCounts`' input."""
+    return events.mapInArrow(processor.pane_counter(), _pane_schema(events.schema, processor))
 
 
 def windowed_counts(events: DataFrame, processor: WindowedCounts) -> DataFrame:
     """Apply :class:`WindowedCounts` (events need a watermark:
     :func:`~riverbed.pipelines.operators.inputs.with_event_time`), counting per pane before
     the shuffle (module docstring)."""
-    return (
-        panes(events, processor)
-        .groupBy(*processor.key_fields)
-        .transformWithStateInPandas(processor, processor.output_schema, "append", "EventTime")
+    return _by_key(panes(events, processor), processor)
+
+
+def json_panes(
+    source: DataFrame, topic: str, schema: StructType, delay: str, processor: WindowedCounts
+) -> DataFrame:
+    """:func:`panes` of ``topic``'s events parsed with ``schema`` in the pane step itself
+    (:mod:`~riverbed.pipelines.operators.json_arrow`, ``from_json``'s rules) rather than by
+    ``from_json`` in the JVM, with the watermark (``delay``) declared on the greatest
+    ``ts`` of each input batch, which each pane row carries: the same watermark as on the
+    events' ``ts``. (Spark's progress reports then give that column's minimum and average
+    as the events' ``eventTime``.)"""
+    types = [(field.name, field.dataType.simpleString()) for field in schema.fields]
+    kinds = [(name, _KINDS.get(type_, type_)) for name, type_ in types]
+    counter = processor.pane_counter(arrow_schema(kinds))
+    pane_schema = _pane_schema(schema, processor).add(StructField(BATCH_MAX_TS, LongType(), False))
+    values = source.where(F.col("topic") == F.lit(topic)).select("value")
+    counted = values.mapInArrow(counter, pane_schema)
+    return with_event_time(counted, delay, BATCH_MAX_TS).drop(BATCH_MAX_TS)
+
+
+def windowed_json_counts(
+    source: DataFrame, topic: str, schema: StructType, delay: str, processor: WindowedCounts
+) -> DataFrame:
+    """:func:`windowed_counts` of ``with_event_time(json_events(source, topic, schema),
+    delay)``, the same rows, with the JSON parsed in the pane step (:func:`json_panes`):
+    faster, as the parse in the JVM and the events' trip to Python cost more (BENCHMARKS.md)."""
+    return _by_key(json_panes(source, topic, schema, delay, processor), processor)
+
+
+def _by_key(counted: DataFrame, processor: WindowedCounts) -> DataFrame:
+    return counted.groupBy(*processor.key_fields).transformWithStateInPandas(
+        processor, processor.output_schema, "append", "EventTime"
     )

@@ -4,7 +4,10 @@ window goes to ``late_events`` with the reason, keyed by ``event_id``.
 
 The operator is :class:`~riverbed.pipelines.operators.windowed_counts.WindowedCounts`
 (watermark 2 minutes): :func:`page_view_counter` makes it for any window size and slide,
-so ``page_views_sliding`` is the same pipeline with hopping windows.
+so ``page_views_sliding`` is the same pipeline with hopping windows. The page views are
+parsed in the operator's first step, in Python
+(:func:`~riverbed.pipelines.operators.windowed_counts.windowed_json_counts`), with the rules
+of Spark's ``from_json``.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ from collections.abc import Callable
 
 from pyspark.sql import DataFrame
 
-from riverbed.pipelines.operators.inputs import json_events, with_event_time
-from riverbed.pipelines.operators.windowed_counts import WindowedCounts, windowed_counts
+from riverbed.pipelines.operators.inputs import json_events
+from riverbed.pipelines.operators.windowed_counts import WindowedCounts, windowed_json_counts
 from riverbed.pipelines.shop.contract import MINUTE_MS, PAGE_VIEW, WATERMARK_DELAY
 
 __all__ = ["build", "page_view_counter", "page_view_counts", "page_views"]
@@ -51,7 +54,7 @@ def page_view_counts(
         counts = page_view_counter(
             size_ms=size_ms, slide_ms=slide_ms, topic=topic, late_topic=late_topic
         )
-        return windowed_counts(with_event_time(page_views(source), WATERMARK_DELAY), counts)
+        return windowed_json_counts(source, "page_views", PAGE_VIEW, WATERMARK_DELAY, counts)
 
     return build
 
