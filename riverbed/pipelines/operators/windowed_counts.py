@@ -5,8 +5,9 @@ EventTime mode), applied by :func:`windowed_counts`; the window logic is
 
 The operator takes a DataFrame of events (JSON already parsed, an integer ``ts`` column in
 epoch ms, a watermark declared with
-:func:`~riverbed.pipelines.operators.inputs.with_event_time`, so that it sees late rows)
-and returns rows ready for the riverbed sink (``topic``, ``key``, ``value``: JSON strings),
+:func:`~riverbed.pipelines.operators.inputs.with_event_time`, so that it sees late rows),
+or with :func:`windowed_json_counts` a topic's records, parsed in its first step, and
+returns rows ready for the riverbed sink (``topic``, ``key``, ``value``: JSON strings),
 so that the results and the late side output are written together, in the same
 transactions, exactly once. Rows for windows still open are counted; a late row (its
 window already complete) goes to the side output with the reason.
@@ -18,9 +19,13 @@ events all belong to the same windows) with its count and, for the late side out
 pane's events as one Arrow IPC stream, opened only if the pane turns out late. The
 stateful operator then sees a few rows per key instead of every event.
 
-**State**, per grouping key (Spark's state store, RocksDB, checkpointed): the map state
-``counts``, window start -> count, and a timer at each window's end, when the window is
-emitted, once.
+**State**, per grouping key (Spark's state store, RocksDB, checkpointed): one value state,
+``windows``, the JSON of the key's open windows (start -> count) and the timers registered
+for it; the key has a timer at its earliest window's end, when every window the watermark
+has passed is emitted, once, and the timer moves to the next. Every state access is a
+round trip to the JVM: a map entry and a timer per window cost about 35 a key and
+250,000-record batch, this about 5 (BENCHMARKS.md). (A checkpoint written before
+2026-11-28, with the map state ``counts``, needs a new checkpoint.)
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 from riverbed.pipelines.operators.base import OUTPUT_SCHEMA, Operator, OutputRows
 from riverbed.pipelines.operators.inputs import with_event_time
 from riverbed.pipelines.operators.json_arrow import arrow_schema, parse_json_objects
-from riverbed.pipelines.operators.json_rows import dumps, plain
+from riverbed.pipelines.operators.json_rows import dumps, plain, read_state, state_text
 from riverbed.pipelines.operators.windows import counts_by_window, late_reason, pane_start
 from riverbed.spark.worker_gc import freeze_survivors
 
@@ -187,24 +192,44 @@ class WindowedCounts(Operator):
     def init(self, handle: StatefulProcessorHandle) -> None:
         super().init(handle)
         self.handle = handle
-        self.counts = handle.getMapState("counts", "window_start LONG", "count LONG")
+        self.windows = handle.getValueState("windows", "windows STRING")
+
+    def _load(self) -> tuple[dict[int, int], set[int]]:
+        """The key's open windows (start -> count) and the timers registered for it."""
+        stored = self.windows.get()
+        if stored is None:
+            return {}, set()
+        state = read_state(stored[0])
+        return {int(k): v for k, v in state["counts"].items()}, set(state["timers"])
+
+    def _store(self, counts: dict[int, int], timers: set[int]) -> None:
+        """Write the key's state, first registering the timer of its earliest window's end
+        if there is none yet: one timer a key, however many windows are open."""
+        if not counts:
+            self.windows.clear()
+            return
+        end = min(counts) + self.size_ms
+        if end not in timers:
+            self.handle.registerTimer(end)
+            timers.add(end)
+        state = {"counts": {str(k): v for k, v in counts.items()}, "timers": sorted(timers)}
+        self.windows.update((state_text(state),))
 
     def on_input(self, key: Any, batch: pd.DataFrame, watermark_ms: int) -> OutputRows:
         if not batch[PANE_EVENTS].any():
             return []  # only rows that carried event times to the watermark
-        counts, late_rows, late_starts = counts_by_window(
+        added, late_rows, late_starts = counts_by_window(
             batch[PANE_START].to_numpy(dtype=np.int64),
             self.size_ms,
             self.slide_ms,
             watermark_ms,
             batch[PANE_EVENTS].to_numpy(dtype=np.int64),
         )
-        for start, added in counts.items():
-            stored = self.counts.getValue((start,)) if self.counts.containsKey((start,)) else None
-            if stored is None:
-                self.handle.registerTimer(start + self.size_ms)
-            before = 0 if stored is None else int(stored[0])
-            self.counts.updateValue((start,), (before + added,))
+        if added:
+            counts, timers = self._load()
+            for start, count in added.items():
+                counts[start] = counts.get(start, 0) + int(count)
+            self._store(counts, timers)
         out: OutputRows = []
         if self.late_topic is not None:
             for row, start in zip(late_rows.tolist(), late_starts.tolist(), strict=True):
@@ -218,17 +243,22 @@ class WindowedCounts(Operator):
         return out
 
     def on_timer(self, key: Any, watermark_ms: int, expiry_ms: int) -> OutputRows:
-        end = expiry_ms
-        start = end - self.size_ms
-        stored = self.counts.getValue((start,)) if self.counts.containsKey((start,)) else None
-        if stored is None:
-            return []
-        count = int(stored[0])
-        self.counts.removeKey((start,))
+        """Every window of the key that the watermark has passed, written and forgotten
+        (another timer of the key due in the same batch then finds nothing)."""
+        counts, timers = self._load()
+        timers = {at for at in timers if at > watermark_ms}  # these have fired, or will now
+        due = sorted(start for start in counts if start + self.size_ms <= watermark_ms)
         group = dict(zip(self.key_fields, (plain(k) for k in key), strict=True))
-        result_key = {"window_start": start, **group}
-        value = {"window_start": start, "window_end": end, **group, self.count_field: int(count)}
-        return [(self.topic, dumps(result_key), dumps(value))]
+        out: OutputRows = []
+        for start in due:
+            end = start + self.size_ms
+            result_key = {"window_start": start, **group}
+            value = {"window_start": start, "window_end": end, **group}
+            value[self.count_field] = counts.pop(start)
+            out.append((self.topic, dumps(result_key), dumps(value)))
+        if due:
+            self._store(counts, timers)
+        return out
 
 
 def _pane_schema(events: StructType, processor: WindowedCounts) -> StructType:
