@@ -91,3 +91,27 @@ def test_an_earlier_window_gets_its_own_timer() -> None:
     assert [v["window_start"] for _, _, v in _out(t.setWatermark(35))] == [20]
     assert _state(t, "/") == {"counts": {"50": 1}, "timers": [60]}
     assert [v["window_start"] for _, _, v in _out(t.setWatermark(60))] == [50]
+
+
+def test_windows_of_an_older_checkpoint_move_to_the_value() -> None:
+    # Before 2026-11-28 a key's windows were the map state "counts", with a timer each.
+    t = _tester()
+    _old_windows(t, "/", {0: 3, 10: 1})
+    assert _feed(t, ("/", 20, 2)) == []
+    assert _state(t, "/") == {"counts": {"0": 3, "10": 1, "20": 2}, "timers": [10, 20]}
+    assert t.peekMapState("counts", "/") == {}
+    _old_windows(t, "/a", {40: 7})  # moved by its timer, with no input
+    written = _out(t.setWatermark(55))
+    assert sorted((k["page"], v["window_start"], v["views"]) for _, k, v in written) == [
+        ("/", 0, 3), ("/", 10, 1), ("/", 20, 2), ("/a", 40, 7),
+    ]  # fmt: skip
+    assert _state(t, "/") is None and _state(t, "/a") is None
+
+
+def _old_windows(t: TwsTester, page: str, counts: dict[int, int]) -> None:
+    """The key's windows as a checkpoint written before 2026-11-28 holds them: the map
+    state, and a timer at each window's end."""
+    t.updateMapState("counts", page, {(start,): (count,) for start, count in counts.items()})
+    t.handle.setGroupingKey(page)
+    for start in counts:
+        t.handle.registerTimer(start + 10)

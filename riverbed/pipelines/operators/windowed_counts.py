@@ -23,9 +23,15 @@ stateful operator then sees a few rows per key instead of every event.
 ``windows``, the JSON of the key's open windows (start -> count) and the timers registered
 for it; the key has a timer at its earliest window's end, when every window the watermark
 has passed is emitted, once, and the timer moves to the next. Every state access is a
-round trip to the JVM: a map entry and a timer per window cost about 35 a key and
-250,000-record batch, this about 5 (BENCHMARKS.md). (A checkpoint written before
-2026-11-28, with the map state ``counts``, needs a new checkpoint.)
+round trip to the JVM: with a map entry and a timer per window, a window cost about three
+when opened (a lookup, a read or a timer, a write) and three when closed; in the
+benchmark's 250,000-record batches, about four windows a key open and four close, about
+25 accesses a key and batch. Now a batch's input reads and writes the key's value once and
+its one timer reads and writes it once and registers the next: about 5
+(BENCHMARKS.md). A checkpoint written before 2026-11-28 kept the map state ``counts``:
+a key with no ``windows`` value moves its windows from there (its timers, one a window,
+are still registered and fire as before), at the cost of one more access for a key
+whose windows have all been written.
 """
 
 from __future__ import annotations
@@ -193,14 +199,28 @@ class WindowedCounts(Operator):
         super().init(handle)
         self.handle = handle
         self.windows = handle.getValueState("windows", "windows STRING")
+        self.legacy = handle.getMapState("counts", "window_start LONG", "count LONG")
+        """The windows of a checkpoint written before ``windows`` (module docstring)."""
 
     def _load(self) -> tuple[dict[int, int], set[int]]:
         """The key's open windows (start -> count) and the timers registered for it."""
         stored = self.windows.get()
         if stored is None:
-            return {}, set()
+            return self._moved()
         state = read_state(stored[0])
         return {int(k): v for k, v in state["counts"].items()}, set(state["timers"])
+
+    def _moved(self) -> tuple[dict[int, int], set[int]]:
+        """A key without ``windows``: its windows in the map state of an older checkpoint
+        (each with its own timer, still registered), removed from there to be stored in
+        ``windows``; none for a key written since."""
+        if not self.legacy.exists():
+            return {}, set()
+        counts = {int(start): int(count) for (start,), (count,) in self.legacy.iterator()}
+        self.legacy.clear()
+        timers = {start + self.size_ms for start in counts}
+        self._store(counts, timers)
+        return counts, timers
 
     def _store(self, counts: dict[int, int], timers: set[int]) -> None:
         """Write the key's state, first registering the timer of its earliest window's end
