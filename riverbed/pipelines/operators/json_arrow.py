@@ -9,9 +9,9 @@ only if it starts with ``{``, ends with ``}`` and has no byte below 0x20 (no new
 that could split it; pyarrow also crashes the process on some values that are not objects,
 such as ``null`` first in its input). When pyarrow refuses a run of values (one is not
 valid JSON or not UTF-8, a field has another type, a key is repeated) or makes more rows
-than values, the
-run is halved until the values it refuses are found, and those, with the values that never
-qualified, are parsed one by one in Python (:func:`parse_one`), with ``from_json``'s rules:
+than values, the run is halved until the values it refuses are found, and those, with the
+values that never qualified, are parsed one by one in Python (:func:`parse_one`), with
+``from_json``'s rules:
 
 - a value that is null, empty or not a JSON object gives a row of nulls; text after the
   first object is ignored, as Jackson does; invalid UTF-8 becomes U+FFFD, as Spark's cast
