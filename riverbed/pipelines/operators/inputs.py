@@ -25,7 +25,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-__all__ = ["changes", "json_events", "with_event_time"]
+__all__ = ["changes", "json_events", "of_topic", "with_event_time"]
+
+
+def of_topic(source: DataFrame, topic: str) -> DataFrame:
+    """The source's records of ``topic`` (a source may subscribe several topics)."""
+    return source.where(F.col("topic") == F.lit(topic))
 
 
 def json_events(source: DataFrame, topic: str, schema: StructType) -> DataFrame:
@@ -39,8 +44,8 @@ def json_events(source: DataFrame, topic: str, schema: StructType) -> DataFrame:
     ``inline`` of a one-element array, which no filter is pushed through; it yields the
     same rows (one per record, all null where the value is not a JSON object) and costs no
     more than the projection (BENCHMARKS.md)."""
-    own = source.where(F.col("topic") == F.lit(topic))
-    return own.select(F.inline(F.array(F.from_json(F.col("value").cast("string"), schema))))
+    parsed = F.from_json(F.col("value").cast("string"), schema)
+    return of_topic(source, topic).select(F.inline(F.array(parsed)))
 
 
 def changes(source: DataFrame, topic: str, key_column: str) -> DataFrame:
@@ -48,7 +53,7 @@ def changes(source: DataFrame, topic: str, key_column: str) -> DataFrame:
     JSON of the primary key), ``key`` and ``value`` (strings; ``value`` is null for a
     tombstone), ``partition`` and ``offset``."""
     key = F.col("key").cast("string")
-    return source.where(F.col("topic") == F.lit(topic)).select(
+    return of_topic(source, topic).select(
         F.get_json_object(key, f"$.{key_column}").alias(key_column),
         key.alias("key"),
         F.col("value").cast("string").alias("value"),

@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-__all__ = ["arrow_schema", "parse_json_objects", "parse_one"]
+__all__ = ["arrow_schema", "fields_of", "parse_json_objects", "parse_one"]
 
 _KINDS = {pa.string(): "string", pa.int64(): "long"}
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
@@ -52,7 +52,7 @@ _NEWLINE, _EMPTY = pa.scalar(b"\n", pa.binary()), pa.scalar(b"", pa.binary())
 
 def arrow_schema(fields: Sequence[tuple[str, str]]) -> pa.Schema:
     """The Arrow schema of ``(name, kind)`` pairs, kind ``"string"`` or ``"long"``."""
-    types = {"string": pa.string(), "long": pa.int64()}
+    types = {kind: type_ for type_, kind in _KINDS.items()}
     unknown = sorted({kind for _, kind in fields} - types.keys())
     if unknown:
         raise ValueError(f"unsupported field types {unknown}: only string and long")
@@ -62,7 +62,7 @@ def arrow_schema(fields: Sequence[tuple[str, str]]) -> pa.Schema:
 def parse_json_objects(values: pa.Array, schema: pa.Schema) -> pa.Table:
     """One row per value of ``values`` (binary, nulls allowed), in order, with the columns
     of ``schema`` (module docstring)."""
-    kinds = [(field.name, _kind(field.type)) for field in schema]
+    kinds = fields_of(schema)
     values = values.cast(pa.binary())
     fast = _qualifies(values)
     fast_rows = np.flatnonzero(fast)
@@ -75,6 +75,8 @@ def parse_json_objects(values: pa.Array, schema: pa.Schema) -> pa.Table:
                 slow_rows.append(int(fast_rows[start]))
             else:
                 parts.append(table)
+    if parts and not slow_rows and fast.all():
+        return pa.concat_tables(parts)  # every value read by pyarrow, in order
     fast_order = fast_rows if not slow_rows else np.setdiff1d(fast_rows, slow_rows)
     slow_rows = sorted([*slow_rows, *np.flatnonzero(~fast).tolist()])
     if slow_rows:
@@ -89,10 +91,13 @@ def parse_json_objects(values: pa.Array, schema: pa.Schema) -> pa.Table:
     return table.take(pa.array(order)).combine_chunks()
 
 
-def _kind(type_: pa.DataType) -> str:
-    if type_ not in _KINDS:
-        raise ValueError(f"unsupported field type {type_}: only string and int64")
-    return _KINDS[type_]
+def fields_of(schema: pa.Schema) -> list[tuple[str, str]]:
+    """The ``(name, kind)`` pairs of ``schema``; ValueError for a type other than string
+    and int64."""
+    unknown = sorted({str(field.type) for field in schema} - {str(t) for t in _KINDS})
+    if unknown:
+        raise ValueError(f"unsupported field types {unknown}: only string and int64")
+    return [(field.name, _KINDS[field.type]) for field in schema]
 
 
 def _qualifies(values: pa.Array) -> np.ndarray:

@@ -45,13 +45,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from riverbed.pipelines.operators.base import OUTPUT_SCHEMA, Operator, OutputRows
-from riverbed.pipelines.operators.inputs import with_event_time
-from riverbed.pipelines.operators.json_arrow import arrow_schema, parse_json_objects
+from riverbed.pipelines.operators.inputs import of_topic, with_event_time
+from riverbed.pipelines.operators.json_arrow import fields_of, parse_json_objects
 from riverbed.pipelines.operators.json_rows import dumps, plain, read_state, state_text
 from riverbed.pipelines.operators.windows import counts_by_window, late_reason, pane_start
 from riverbed.spark.worker_gc import freeze_survivors
@@ -67,8 +67,6 @@ __all__ = [
 
 PANE_START, PANE_EVENTS, PANE_ROWS = "pane_start", "pane_events", "pane_rows"
 BATCH_MAX_TS = "batch_max_ts"
-_KINDS = {"string": "string", "bigint": "long"}
-"""Spark's types of the fields :mod:`~riverbed.pipelines.operators.json_arrow` parses."""
 
 
 def count_panes(
@@ -266,8 +264,9 @@ class WindowedCounts(Operator):
         """Every window of the key that the watermark has passed, written and forgotten
         (another timer of the key due in the same batch then finds nothing)."""
         counts, timers = self._load()
-        timers = {at for at in timers if at > watermark_ms}  # these have fired, or will now
         due = sorted(start for start in counts if start + self.size_ms <= watermark_ms)
+        if not due:
+            return []
         group = dict(zip(self.key_fields, (plain(k) for k in key), strict=True))
         out: OutputRows = []
         for start in due:
@@ -276,8 +275,8 @@ class WindowedCounts(Operator):
             value = {"window_start": start, "window_end": end, **group}
             value[self.count_field] = counts.pop(start)
             out.append((self.topic, dumps(result_key), dumps(value)))
-        if due:
-            self._store(counts, timers)
+        # the timers at or below the watermark have fired, or fire in this batch
+        self._store(counts, {at for at in timers if at > watermark_ms})
         return out
 
 
@@ -314,12 +313,11 @@ def json_panes(
     ``ts`` of each input batch, which each pane row carries: the same watermark as on the
     events' ``ts``. (Spark's progress reports then give that column's minimum and average
     as the events' ``eventTime``.)"""
-    types = [(field.name, field.dataType.simpleString()) for field in schema.fields]
-    kinds = [(name, _KINDS.get(type_, type_)) for name, type_ in types]
-    counter = processor.pane_counter(arrow_schema(kinds))
+    arrow = to_arrow_schema(schema)
+    fields_of(arrow)  # an unsupported field type fails here, not in the workers
+    counter = processor.pane_counter(arrow)
     pane_schema = _pane_schema(schema, processor).add(StructField(BATCH_MAX_TS, LongType(), False))
-    values = source.where(F.col("topic") == F.lit(topic)).select("value")
-    counted = values.mapInArrow(counter, pane_schema)
+    counted = of_topic(source, topic).select("value").mapInArrow(counter, pane_schema)
     return with_event_time(counted, delay, BATCH_MAX_TS).drop(BATCH_MAX_TS)
 
 
