@@ -8,7 +8,8 @@ topics at once, and event time declared on them.
   with the primary-key column to group them by and the position that orders them
   (``partition``, ``offset``: every change of a key is in one partition, in commit order).
   Operators parse them with :func:`riverbed.pipelines.operators.changelog.parse_change`;
-- :func:`with_event_time`: the watermark declared on an integer time column.
+- :func:`with_event_time`: the watermark declared on an integer time column, and
+  :func:`delay_ms`, its delay in milliseconds as Spark counts it.
 
 **Watermarks, and why the event-time column is dropped.** :func:`with_event_time` declares
 the watermark on a timestamp column and then drops that column again. Spark still computes
@@ -21,11 +22,14 @@ sent to a side output with the reason, reported).
 
 from __future__ import annotations
 
+import re
+from decimal import Decimal, InvalidOperation
+
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-__all__ = ["changes", "json_events", "of_topic", "with_event_time"]
+__all__ = ["changes", "delay_ms", "json_events", "of_topic", "with_event_time"]
 
 
 def of_topic(source: DataFrame, topic: str) -> DataFrame:
@@ -71,3 +75,39 @@ def with_event_time(events: DataFrame, delay: str, ts_column: str = "ts") -> Dat
         .withWatermark("_event_time", delay)
         .drop("_event_time")
     )
+
+
+_UNIT_MS = {
+    "microsecond": Decimal("0.001"),
+    "millisecond": Decimal(1),
+    "second": Decimal(1_000),
+    "minute": Decimal(60_000),
+    "hour": Decimal(3_600_000),
+    "day": Decimal(86_400_000),
+    "week": Decimal(7 * 86_400_000),
+    "month": Decimal(31 * 86_400_000),  # as Spark counts a watermark's month
+    "year": Decimal(12 * 31 * 86_400_000),
+}
+_PART = re.compile(r"([0-9.]+)\s*([a-z]+)\s*", re.ASCII)
+
+
+def delay_ms(delay: str) -> int:
+    """A watermark's ``delay`` (a Spark interval such as ``"2 minutes"`` or ``"interval 1
+    hour 30 minutes"``) in whole milliseconds, as Spark's ``withWatermark`` counts it (a
+    month is 31 days); ValueError for any other text."""
+    text = delay.strip().lower()
+    text = text[len("interval") :].lstrip() if text.startswith("interval") else text
+    total, at = Decimal(0), 0
+    while at < len(text):
+        part = _PART.match(text, at)
+        unit = part and _UNIT_MS.get(part.group(2).removesuffix("s"))
+        if part is None or unit is None:
+            raise ValueError(f"not a watermark delay: {delay!r} (expected e.g. '2 minutes')")
+        try:
+            total += Decimal(part.group(1)) * unit
+        except InvalidOperation:
+            raise ValueError(f"not a watermark delay: {delay!r}") from None
+        at = part.end()
+    if at == 0:
+        raise ValueError(f"not a watermark delay: {delay!r} (expected e.g. '2 minutes')")
+    return int(total)

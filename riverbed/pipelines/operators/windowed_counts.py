@@ -4,9 +4,8 @@ EventTime mode), applied by :func:`windowed_counts`; the window logic is
 :mod:`riverbed.pipelines.operators.windows`.
 
 The operator takes a DataFrame of events (JSON already parsed, an integer ``ts`` column in
-epoch ms, a watermark declared with
-:func:`~riverbed.pipelines.operators.inputs.with_event_time`, so that it sees late rows),
-or with :func:`windowed_json_counts` a topic's records, parsed in its first step, and
+epoch ms) and the watermark's delay, or with :func:`windowed_json_counts` a topic's
+records, parsed in its first step, and
 returns rows ready for the riverbed sink (``topic``, ``key``, ``value``: JSON strings),
 so that the results and the late side output are written together, in the same
 transactions, exactly once. Rows for windows still open are counted; a late row (its
@@ -32,10 +31,24 @@ its one timer reads and writes it once and registers the next: about 5
 a key with no ``windows`` value moves its windows from there (its timers, one a window,
 are still registered and fire as before), at the cost of one more access for a key
 whose windows have all been written.
+
+**A window is written in the micro-batch whose events pass its end**, not in the next one.
+Spark computes the watermark at the end of a micro-batch (the greatest event time of the
+batch less the delay, if greater than the last) and hands it to the operator in the next,
+so a timer at a window's end fires one micro-batch after the event that moved the
+watermark past it: at a 500 ms trigger, about a second later (BENCHMARKS.md). Each pane
+row carries ``batch_max_ts``, the greatest event time of its input batch, so a key's rows
+give a lower bound of the watermark the batch will set; the key's windows ending at or
+below it are written with its input. That changes no result: in the next micro-batch the
+watermark is at least that bound, so anything for those windows is late there as it would
+have been anyway, and no row of the key in this batch is left out (all of them come in one
+call). The timers of the windows written so are deleted; a key without input in the batch
+keeps its timer, which writes its windows one micro-batch later, as before.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -50,7 +63,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from riverbed.pipelines.operators.base import OUTPUT_SCHEMA, Operator, OutputRows
-from riverbed.pipelines.operators.inputs import of_topic, with_event_time
+from riverbed.pipelines.operators.inputs import delay_ms, of_topic, with_event_time
 from riverbed.pipelines.operators.json_arrow import fields_of, parse_json_objects
 from riverbed.pipelines.operators.json_rows import dumps, plain, read_state, state_text
 from riverbed.pipelines.operators.windows import counts_by_window, late_reason, pane_start
@@ -124,23 +137,16 @@ def _ipc(table: pa.Table) -> bytes:
     return bytes(sink.getvalue().to_pybytes())
 
 
-def _pane_batches(batches: Iterator[pa.RecordBatch], **panes: Any) -> Iterator[pa.RecordBatch]:
-    freeze_survivors()
-    for batch in batches:
-        counted = count_panes(batch, **panes)
-        if counted.num_rows:
-            yield counted
-
-
-def _json_pane_batches(
-    batches: Iterator[pa.RecordBatch], *, schema: pa.Schema, **panes: Any
+def _pane_batches(
+    batches: Iterator[pa.RecordBatch], *, schema: pa.Schema | None = None, **panes: Any
 ) -> Iterator[pa.RecordBatch]:
-    """:func:`_pane_batches` of the records' values parsed as JSON objects, each output row
-    with ``batch_max_ts``, the greatest ``ts`` of its input batch, for the watermark; an
-    input batch with event times but no pane gives one row of null keys and no events."""
+    """:func:`count_panes` of each batch of events, or with ``schema`` of records' values
+    parsed as JSON objects, each output row with ``batch_max_ts``, the greatest ``ts`` of
+    its input batch, for the watermark; an input batch with event times but no pane gives
+    one row of null keys and no events."""
     freeze_survivors()
     for batch in batches:
-        events = parse_json_objects(batch.column("value"), schema)
+        events = batch if schema is None else parse_json_objects(batch.column("value"), schema)
         top = pc.max(events["ts"]).as_py() if events.num_rows else None
         if top is None:
             continue
@@ -154,7 +160,8 @@ def _json_pane_batches(
 
 class WindowedCounts(Operator):
     """Counts per grouping key and event-time window (tumbling or hopping), emitted once per
-    window when the watermark reaches its end; late events go to ``late_topic`` (None: no
+    window when the watermark reaches its end (or, with input, when the micro-batch that
+    moves it there does: module docstring); late events go to ``late_topic`` (None: no
     side output), keyed by ``late_key_field``. Its input is :func:`count_panes`'s rows
     (:func:`windowed_counts` puts them in between); the result is keyed ``window_start`` and
     the key fields, its value the window, the key fields and ``count_field``."""
@@ -177,16 +184,17 @@ class WindowedCounts(Operator):
         self.topic, self.count_field = topic, count_field
         self.late_topic, self.late_key_field = late_topic, late_key_field
         self.event_fields = list(event_fields)
+        self.delay_ms: int | None = None
+        """The watermark's delay, set by :func:`windowed_counts` and
+        :func:`windowed_json_counts` (None: windows are written only by their timers)."""
 
     def pane_counter(self, json_schema: pa.Schema | None = None) -> Any:
         """The ``mapInArrow`` function that counts events per key and pane; with
         ``json_schema``, of records' values, parsed first (:func:`windowed_json_counts`)."""
         late = self.late_topic is not None
-        step = _pane_batches if json_schema is None else _json_pane_batches
-        extra = {} if json_schema is None else {"schema": json_schema}
         return functools.partial(
-            step,
-            **extra,
+            _pane_batches,
+            schema=json_schema,
             key_fields=self.key_fields,
             slide_ms=self.slide_ms,
             required=[*self.key_fields, "ts", *([self.late_key_field] if late else [])],
@@ -243,12 +251,18 @@ class WindowedCounts(Operator):
             watermark_ms,
             batch[PANE_EVENTS].to_numpy(dtype=np.int64),
         )
+        out: OutputRows = []
         if added:
             counts, timers = self._load()
             for start, count in added.items():
                 counts[start] = counts.get(start, 0) + int(count)
-            self._store(counts, timers)
-        out: OutputRows = []
+            next_ms = self._next_watermark(batch, watermark_ms)
+            out += self._written(key, counts, next_ms)
+            # the timers at or below the watermark fire in this batch; those up to the
+            # next one would find their windows written
+            for at in [at for at in timers if watermark_ms < at <= next_ms]:
+                self.handle.deleteTimer(at)
+            self._store(counts, {at for at in timers if at > next_ms})
         if self.late_topic is not None:
             for row, start in zip(late_rows.tolist(), late_starts.tolist(), strict=True):
                 reason = late_reason(start, start + self.size_ms, watermark_ms)
@@ -260,11 +274,18 @@ class WindowedCounts(Operator):
                     out.append((self.late_topic, dumps(late_key), dumps(event)))
         return out
 
-    def on_timer(self, key: Any, watermark_ms: int, expiry_ms: int) -> OutputRows:
-        """Every window of the key that the watermark has passed, written and forgotten
-        (another timer of the key due in the same batch then finds nothing)."""
-        counts, timers = self._load()
-        due = sorted(start for start in counts if start + self.size_ms <= watermark_ms)
+    def _next_watermark(self, batch: pd.DataFrame, watermark_ms: int) -> int:
+        """The watermark that this micro-batch's end sets, or less: Spark's is the greatest
+        event time of the whole batch less the delay, and ``batch_max_ts`` is each input
+        batch's greatest (module docstring)."""
+        if self.delay_ms is None or BATCH_MAX_TS not in batch:
+            return watermark_ms
+        return max(watermark_ms, int(batch[BATCH_MAX_TS].max()) - self.delay_ms)
+
+    def _written(self, key: Any, counts: dict[int, int], until_ms: int) -> OutputRows:
+        """The key's windows that end at or before ``until_ms``, as result rows, removed
+        from ``counts``."""
+        due = sorted(start for start in counts if start + self.size_ms <= until_ms)
         if not due:
             return []
         group = dict(zip(self.key_fields, (plain(k) for k in key), strict=True))
@@ -275,8 +296,16 @@ class WindowedCounts(Operator):
             value = {"window_start": start, "window_end": end, **group}
             value[self.count_field] = counts.pop(start)
             out.append((self.topic, dumps(result_key), dumps(value)))
-        # the timers at or below the watermark have fired, or fire in this batch
-        self._store(counts, {at for at in timers if at > watermark_ms})
+        return out
+
+    def on_timer(self, key: Any, watermark_ms: int, expiry_ms: int) -> OutputRows:
+        """Every window of the key that the watermark has passed, written and forgotten
+        (another timer of the key due in the same batch then finds nothing)."""
+        counts, timers = self._load()
+        out = self._written(key, counts, watermark_ms)
+        if out:
+            # the timers at or below the watermark have fired, or fire in this batch
+            self._store(counts, {at for at in timers if at > watermark_ms})
         return out
 
 
@@ -287,21 +316,27 @@ def _pane_schema(events: StructType, processor: WindowedCounts) -> StructType:
             StructField(PANE_START, LongType(), False),
             StructField(PANE_EVENTS, LongType(), False),
             StructField(PANE_ROWS, BinaryType(), False),
+            StructField(BATCH_MAX_TS, LongType(), False),
         ]
     )
 
 
-def panes(events: DataFrame, processor: WindowedCounts) -> DataFrame:
+def panes(events: DataFrame, delay: str, processor: WindowedCounts) -> DataFrame:
     """The events counted per grouping key and pane where they are read, before the shuffle
-    (:func:`count_panes` in a ``mapInArrow``): :class:`WindowedCounts`' input."""
-    return events.mapInArrow(processor.pane_counter(), _pane_schema(events.schema, processor))
+    (:func:`count_panes` in a ``mapInArrow``), with the watermark (``delay``) declared on
+    each input batch's greatest ``ts``, which each pane row carries (``batch_max_ts``): the
+    same watermark as on the events' ``ts``. :class:`WindowedCounts`' input. (Spark's
+    progress reports then give that column's minimum and average as the events'
+    ``eventTime``.)"""
+    counted = events.mapInArrow(processor.pane_counter(), _pane_schema(events.schema, processor))
+    return with_event_time(counted, delay, BATCH_MAX_TS)
 
 
-def windowed_counts(events: DataFrame, processor: WindowedCounts) -> DataFrame:
-    """Apply :class:`WindowedCounts` (events need a watermark:
-    :func:`~riverbed.pipelines.operators.inputs.with_event_time`), counting per pane before
-    the shuffle (module docstring)."""
-    return _by_key(panes(events, processor), processor)
+def windowed_counts(events: DataFrame, delay: str, processor: WindowedCounts) -> DataFrame:
+    """Apply :class:`WindowedCounts` to ``events`` (an integer ``ts`` column in epoch ms),
+    with a watermark ``delay`` behind the latest event time (a Spark interval such as
+    ``"2 minutes"``), counting per pane before the shuffle (module docstring)."""
+    return _by_key(panes(events, delay, processor), delay, processor)
 
 
 def json_panes(
@@ -309,28 +344,28 @@ def json_panes(
 ) -> DataFrame:
     """:func:`panes` of ``topic``'s events parsed with ``schema`` in the pane step itself
     (:mod:`~riverbed.pipelines.operators.json_arrow`, ``from_json``'s rules) rather than by
-    ``from_json`` in the JVM, with the watermark (``delay``) declared on the greatest
-    ``ts`` of each input batch, which each pane row carries: the same watermark as on the
-    events' ``ts``. (Spark's progress reports then give that column's minimum and average
-    as the events' ``eventTime``.)"""
+    ``from_json`` in the JVM."""
     arrow = to_arrow_schema(schema)
     fields_of(arrow)  # an unsupported field type fails here, not in the workers
     counter = processor.pane_counter(arrow)
-    pane_schema = _pane_schema(schema, processor).add(StructField(BATCH_MAX_TS, LongType(), False))
-    counted = of_topic(source, topic).select("value").mapInArrow(counter, pane_schema)
-    return with_event_time(counted, delay, BATCH_MAX_TS).drop(BATCH_MAX_TS)
+    counted = (
+        of_topic(source, topic).select("value").mapInArrow(counter, _pane_schema(schema, processor))
+    )
+    return with_event_time(counted, delay, BATCH_MAX_TS)
 
 
 def windowed_json_counts(
     source: DataFrame, topic: str, schema: StructType, delay: str, processor: WindowedCounts
 ) -> DataFrame:
-    """:func:`windowed_counts` of ``with_event_time(json_events(source, topic, schema),
-    delay)``, the same rows, with the JSON parsed in the pane step (:func:`json_panes`):
-    faster, as the parse in the JVM and the events' trip to Python cost more (BENCHMARKS.md)."""
-    return _by_key(json_panes(source, topic, schema, delay, processor), processor)
+    """:func:`windowed_counts` of ``json_events(source, topic, schema)``, the same rows,
+    with the JSON parsed in the pane step (:func:`json_panes`): faster, as the parse in the
+    JVM and the events' trip to Python cost more (BENCHMARKS.md)."""
+    return _by_key(json_panes(source, topic, schema, delay, processor), delay, processor)
 
 
-def _by_key(counted: DataFrame, processor: WindowedCounts) -> DataFrame:
+def _by_key(counted: DataFrame, delay: str, processor: WindowedCounts) -> DataFrame:
+    applied = copy.copy(processor)
+    applied.delay_ms = delay_ms(delay)
     return counted.groupBy(*processor.key_fields).transformWithStateInPandas(
-        processor, processor.output_schema, "append", "EventTime"
+        applied, processor.output_schema, "append", "EventTime"
     )

@@ -35,7 +35,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from riverbed.pipelines.operators.inputs import json_events, with_event_time
+from riverbed.pipelines.operators.inputs import json_events
 from riverbed.pipelines.operators.windowed_counts import WindowedCounts, windowed_counts
 from riverbed.pipelines.shop.contract import (
     CART_EVENT,
@@ -73,4 +73,4 @@ def build(source: DataFrame) -> DataFrame:
         late_key_field="event_id",
         event_fields=CART_EVENT.fieldNames(),
     )
-    return windowed_counts(with_event_time(removals(source), WATERMARK_DELAY), counts)
+    return windowed_counts(removals(source), WATERMARK_DELAY, counts)
