@@ -30,15 +30,17 @@ any clock runs), then:
    ``riverbed.testing.references.user_sessions``: every session whose end plus 30 minutes
    is below the final watermark is written once, with its end and views; no open session
    is written. Warm-up and repeats as in 1.
-3. **Latency** (target: the 2-minute watermark delay plus two triggers): with a
-   ``--trigger-ms`` processing-time trigger, a producer paced at ``--rate`` page views per
-   second, each stamped with the current wall-clock time, runs for ``--latency-seconds``
-   (on a second, empty broker); a read_committed consumer tails ``page_views_per_minute``.
-   For each result row: receive time minus (window end + 2 minutes), the earliest time the
-   watermark can pass the window's end, and receive time minus window end (the total); per
-   window, when the batch that read the first event past that moment and the batch that
-   closed the window started and how long they took; durationMs of the closing batches and
-   of the others.
+3. **Latency** (target: a window within the 2-minute watermark delay plus 1.5 s, p95):
+   with a ``--trigger-ms`` processing-time trigger, a producer paced at ``--rate`` page
+   views per second, each stamped with the current wall-clock time, runs for
+   ``--latency-seconds`` (on a second, empty broker); a read_committed consumer tails
+   ``page_views_per_minute``. For each result row: receive time minus (window end + 2
+   minutes), the earliest time the watermark can pass the window's end, and receive time
+   minus window end (the total); per window, when the batch that read the first event past
+   that moment started and how long it took, and which batch wrote the window (the last
+   one started before its first row arrived: the reading batch itself, or the next, whose
+   timers fire at the watermark the reading batch set); durationMs of the writing batches
+   and of the others.
 4. **Floor** (``--only floor``, not run by default): the throughput run's page views through
    the pipeline's first steps only, each query stopping after one more step behind a filter
    no row passes (evaluated per row, so nothing before it is optimised away): ``read``
@@ -392,28 +394,35 @@ def started_ms(progress: dict[str, Any]) -> int:
     return int(datetime.fromisoformat(text).timestamp() * 1000)
 
 
-def closing(
-    batches: list[dict[str, Any]], window_end: int
-) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """The two batches that close a window: the one that read the first event past its end
-    plus the watermark delay, and the next (its watermark passes the window's end: it fires
-    the window's timers and writes the result)."""
+def reading(batches: list[dict[str, Any]], window_end: int) -> dict[str, Any] | None:
+    """The batch that read the first event past a window's end plus the watermark delay:
+    the last one before the watermark passes the window's end."""
     for before, after in itertools.pairwise(batches):
         if watermark_ms(after) >= window_end:
-            return before, after
+            return before
     return None
 
 
-def timeline(batches: list[dict[str, Any]], window_end: int) -> str:
-    """:func:`closing`'s batches, relative to window end + the watermark delay."""
-    pair = closing(batches, window_end)
-    if pair is None:
-        return "closing batch not found"
+def writer(batches: list[dict[str, Any]], received_ms: int) -> dict[str, Any] | None:
+    """The batch that wrote a result first received at ``received_ms``: the last one
+    started before it (the sink commits in the batch's run, before its offsets)."""
+    started = [b for b in batches if started_ms(b) <= received_ms]
+    return started[-1] if started else None
+
+
+def timeline(batches: list[dict[str, Any]], window_end: int, received_ms: int) -> str:
+    """The reading and writing batches of a window, relative to window end + the watermark
+    delay."""
+    read, wrote = reading(batches, window_end), writer(batches, received_ms)
+    if read is None or wrote is None:
+        return "reading batch not found"
     earliest = window_end + WATERMARK_DELAY_MS
-    return "; ".join(
-        f"{what} batch {b['batchId']} started at {started_ms(b) - earliest:+,} ms, "
-        f"took {b['durationMs'].get('triggerExecution', 0):,} ms"
-        for what, b in zip(("reading", "closing"), pair, strict=True)
+    which = {0: "the reading batch", 1: "the next"}.get(
+        wrote["batchId"] - read["batchId"], f"batch {wrote['batchId']}"
+    )
+    return (
+        f"reading batch {read['batchId']} started at {started_ms(read) - earliest:+,} ms, "
+        f"took {read['durationMs'].get('triggerExecution', 0):,} ms; written by {which}"
     )
 
 
@@ -446,10 +455,10 @@ def latency(spark: SparkSession, root: Path, args: argparse.Namespace) -> None:
     for received_ms, window_end, _ in results:
         by_window.setdefault(window_end, []).append(received_ms)
     warm = batches[len(batches) // 10 :]  # the first batches start Spark's Python workers
-    closers = {pair[1]["batchId"] for end in by_window if (pair := closing(batches, end))}
+    writers = {b["batchId"] for got in by_window.values() if (b := writer(batches, min(got)))}
     for name, group in (
-        ("other batches", [b for b in warm if b["batchId"] not in closers]),
-        ("closing batches", [b for b in warm if b["batchId"] in closers]),
+        ("other batches", [b for b in warm if b["batchId"] not in writers]),
+        ("batches that wrote a window", [b for b in warm if b["batchId"] in writers]),
     ):
         if not group:
             continue
@@ -468,19 +477,19 @@ def latency(spark: SparkSession, root: Path, args: argparse.Namespace) -> None:
             f"  window ending {datetime.fromtimestamp(window_end / 1000, UTC):%H:%M}: "
             f"{len(received)} pages, first after {min(received) - earliest:,} ms, all after "
             f"{max(received) - earliest:,} ms (total {max(received) - window_end:,} ms); "
-            f"{timeline(batches, window_end)}",
+            f"{timeline(batches, window_end, min(received))}",
             flush=True,
         )
     rows_after = [r - (w + WATERMARK_DELAY_MS) for r, w, _ in results]
-    target_ms = 2 * args.trigger_ms
+    target_ms = 1_500  # issue 20: within the watermark + 1.5 s, p95
     print(
         f"latency after the watermark could pass the window's end ({len(by_window)} windows, "
         f"{len(rows_after)} rows): window complete p50 {statistics.median(complete_after):,.0f}"
         f" ms, max {max(complete_after):,} ms; per row p50 {statistics.median(rows_after):,.0f}"
         f" ms, p95 {percentile(rows_after, 0.95):,.0f} ms, max {max(rows_after):,} ms "
-        f"(target <= two triggers, {target_ms:,} ms); total from window end: p50 "
+        f"(target p95 <= {target_ms:,} ms); total from window end: p50 "
         f"{statistics.median(complete_after) + WATERMARK_DELAY_MS:,.0f} ms, max "
-        f"{max(complete_after) + WATERMARK_DELAY_MS:,} ms (target <= "
+        f"{max(complete_after) + WATERMARK_DELAY_MS:,} ms (target p95 <= "
         f"{WATERMARK_DELAY_MS + target_ms:,} ms)",
         flush=True,
     )
