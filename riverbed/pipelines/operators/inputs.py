@@ -23,7 +23,7 @@ sent to a side output with the reason, reported).
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -88,26 +88,23 @@ _UNIT_MS = {
     "month": Decimal(31 * 86_400_000),  # as Spark counts a watermark's month
     "year": Decimal(12 * 31 * 86_400_000),
 }
-_PART = re.compile(r"([0-9.]+)\s*([a-z]+)\s*", re.ASCII)
+_PART = r"([0-9]+(?:\.[0-9]+)?)\s*([a-z]+)\s*"
+_DELAY = re.compile(f"(?:{_PART})+", re.ASCII)
 
 
 def delay_ms(delay: str) -> int:
     """A watermark's ``delay`` (a Spark interval such as ``"2 minutes"`` or ``"interval 1
     hour 30 minutes"``) in whole milliseconds, as Spark's ``withWatermark`` counts it (a
     month is 31 days); ValueError for any other text."""
-    text = delay.strip().lower()
-    text = text[len("interval") :].lstrip() if text.startswith("interval") else text
-    total, at = Decimal(0), 0
-    while at < len(text):
-        part = _PART.match(text, at)
-        unit = part and _UNIT_MS.get(part.group(2).removesuffix("s"))
-        if part is None or unit is None:
-            raise ValueError(f"not a watermark delay: {delay!r} (expected e.g. '2 minutes')")
-        try:
-            total += Decimal(part.group(1)) * unit
-        except InvalidOperation:
-            raise ValueError(f"not a watermark delay: {delay!r}") from None
-        at = part.end()
-    if at == 0:
-        raise ValueError(f"not a watermark delay: {delay!r} (expected e.g. '2 minutes')")
+    text = delay.strip().lower().removeprefix("interval").lstrip()
+    parts = re.findall(_PART, text, re.ASCII) if _DELAY.fullmatch(text) else []
+    refused = ValueError(f"not a watermark delay: {delay!r} (expected e.g. '2 minutes')")
+    if not parts:
+        raise refused
+    total = Decimal(0)
+    for number, unit in parts:
+        unit_ms = _UNIT_MS.get(unit.removesuffix("s"))
+        if unit_ms is None:
+            raise refused
+        total += Decimal(number) * unit_ms
     return int(total)

@@ -278,7 +278,7 @@ class WindowedCounts(Operator):
         """The watermark that this micro-batch's end sets, or less: Spark's is the greatest
         event time of the whole batch less the delay, and ``batch_max_ts`` is each input
         batch's greatest (module docstring)."""
-        if self.delay_ms is None or BATCH_MAX_TS not in batch:
+        if self.delay_ms is None:
             return watermark_ms
         return max(watermark_ms, int(batch[BATCH_MAX_TS].max()) - self.delay_ms)
 
