@@ -6,8 +6,9 @@ payments, out of order and with some very late stragglers, in rounds of
 :data:`ROUND_EVENTS` events while the ``page_views_per_minute`` and ``fraud_alerts``
 pipelines run (a :data:`TRIGGER` trigger). Window
 results are printed as they arrive, one line per window: pages, views, and the late page
-views sent aside; fraud alerts are printed as they fire (when the watermark has passed the
-approved payment, so that the declines before it are known in event-time order). When the
+views sent aside; fraud alerts are printed as they fire, with the micro-batch that reads
+the approved payment, and again if a payment read later (out of order) changes or withdraws
+one. When the
 workload is done, one far-future page view and one far-future payment move the watermarks
 past everything. The demo then checks the results against plain Python over the events
 produced: every page view is either counted in its window or in ``late_events``, exactly
@@ -71,12 +72,16 @@ class _Tail(threading.Thread):
             while not self.stop.is_set():
                 for message in consumer.consume(num_messages=1000, timeout=0.2):
                     raw = message.value()
-                    if message.error() is not None or raw is None:
+                    if message.error() is not None:
+                        continue
+                    if message.topic() == FRAUD:  # a changelog: a tombstone withdraws
+                        alert = None if raw is None else json.loads(raw)
+                        self._alert(json.loads(message.key() or b"{}"), alert)
+                        continue
+                    if raw is None:
                         continue
                     value = json.loads(raw)
-                    if message.topic() == FRAUD:
-                        self._alert(value)
-                    elif message.topic() == "fraud_alerts_late":
+                    if message.topic() == "fraud_alerts_late":
                         self.late_payments.add(value["payment_id"])
                     elif message.topic() == "late_events":
                         self.late[value["event_id"]] = value
@@ -91,12 +96,22 @@ class _Tail(threading.Thread):
         finally:
             consumer.close()
 
-    def _alert(self, alert: dict[str, Any]) -> None:
-        self.alerts[alert["payment_id"]] = alert
+    def _alert(self, key: dict[str, Any], alert: dict[str, Any] | None) -> None:
+        payment = key["payment_id"]
+        if alert is None:
+            self.alerts.pop(payment, None)
+            print(
+                f"  fraud alert withdrawn: card {key['card_id']}, payment {payment} (an "
+                "approval read later came between it and its declines)",
+                flush=True,
+            )
+            return
+        again = " (corrected)" if payment in self.alerts else ""
+        self.alerts[payment] = alert
         approved = time.strftime("%H:%M:%S", time.gmtime(alert["approved_ts"] / 1000))
         first = time.strftime("%H:%M:%S", time.gmtime(alert["first_declined_ts"] / 1000))
         print(
-            f"  FRAUD ALERT card {alert['card_id']}: payment {alert['payment_id']} approved at "
+            f"  FRAUD ALERT{again} card {alert['card_id']}: payment {payment} approved at "
             f"{approved} after {alert['declined_count']} declines since {first}",
             flush=True,
         )
@@ -161,7 +176,7 @@ def run(spark: SparkSession, bootstrap: str, *, count: int) -> None:
             while time.monotonic() < deadline:
                 counted = sum(tail.windows.values()) + len(tail.late)
                 in_time = [p for p in payments if p["payment_id"] not in tail.late_payments]
-                if counted >= len(views) and set(tail.alerts) == set(fraud_reference(in_time)):
+                if counted >= len(views) and tail.alerts == fraud_reference(in_time):
                     break
                 time.sleep(0.1)
             for query in queries:

@@ -1,6 +1,7 @@
 """The CEP pattern matcher of riverbed.pipelines.operators.cep, against brute-force references: the
 module docstring's definition tried on every assignment of events to steps, and the
-fraud_alerts contract sentence."""
+fraud_alerts contract sentence; fraud_alerts' early alerts, in the matcher and through the
+operator."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pyspark.sql.streaming.tws_tester import TwsTester
 
 from riverbed.pipelines.operators.cep import (
     ONCE,
@@ -27,7 +30,14 @@ from riverbed.pipelines.operators.cep import (
     between,
     times,
 )
-from riverbed.pipelines.shop.fraud_alerts import FRAUD, HELD_FIELDS, TEN_MINUTES_MS, alert
+from riverbed.pipelines.operators.pattern_matches import EVENT, KEY
+from riverbed.pipelines.shop.fraud_alerts import (
+    FRAUD,
+    HELD_FIELDS,
+    TEN_MINUTES_MS,
+    alert,
+    alerts_processor,
+)
 from riverbed.testing.references import fraud_alerts
 
 STRICT, RELAXED = Contiguity.STRICT, Contiguity.RELAXED
@@ -265,9 +275,10 @@ def test_the_buffer_holds_only_the_fields_asked_for_and_returns_late_events_whol
             EventTimeBuffer(tiebreak_field="id", held_fields=without)
 
 
-def test_an_ordered_matcher_state_of_version_1_is_read_and_a_foreign_one_refused() -> None:
+def test_ordered_matcher_states_of_versions_1_and_2_are_read_and_a_foreign_one_refused() -> None:
     """Checkpoints written before the state was a list hold ``{"v": 1, "buffer": ...,
-    "matcher": ...}``: the two parts' states without their own version."""
+    "matcher": ...}``: the two parts' states without their own version; those written
+    before early matches hold the list of version 2, without them."""
     config: dict[str, Any] = {"pattern": FRAUD, "tiebreak_field": "payment_id"}
     declines = [payment(n, "declined", n) for n in range(3)]
     matcher = OrderedMatcher(FRAUD, tiebreak_field="payment_id")
@@ -279,13 +290,20 @@ def test_an_ordered_matcher_state_of_version_1_is_read_and_a_foreign_one_refused
         [declines[2], payment(5, "approved", 5)],
         declines[:2],
     )
-    read = OrderedMatcher.from_obj({"v": 1, "buffer": buffer, "matcher": matching}, **config)
-    expected = [2, 2, buffer["events"], 2, matching["events"]]
-    assert read.to_obj() == json.loads(matcher.to_state()) == expected
-    assert [alert(m)[1]["declined_count"] for m in read.advance([], watermark_ms=6).matches] == [3]
-    for foreign in ({"v": 2, "buffer": {}, "matcher": {}}, [1, 2, [], 2, []], [2, 2, []], "[]"):
-        with pytest.raises(ValueError, match="not a CEP state of version 2 or 1"):
-            OrderedMatcher.from_obj(foreign, **config)
+    expected = [3, 2, buffer["events"], 2, matching["events"], []]
+    assert json.loads(matcher.to_state()) == expected
+    for old in (
+        {"v": 1, "buffer": buffer, "matcher": matching},
+        [2, 2, buffer["events"], 2, matching["events"]],
+    ):
+        read = OrderedMatcher.from_obj(old, **config)
+        assert read.to_obj() == expected
+        found = read.advance([], watermark_ms=6).matches
+        assert [alert(m)[1]["declined_count"] for m in found] == [3]
+    foreign = [{"v": 2, "buffer": {}, "matcher": {}}, [1, 2, [], 2, []], [2, 2, []]]
+    for value in [*foreign, [3, 2, [], 2, []], "[]"]:
+        with pytest.raises(ValueError, match="not a CEP state of version 3, 2 or 1"):
+            OrderedMatcher.from_obj(value, **config)
 
 
 # -- general patterns against the definition ----------------------------------------------
@@ -432,15 +450,25 @@ def payment(n: int, status: str, ts: int) -> Event:
 
 
 def alerts_of(
-    batches: Sequence[tuple[Sequence[Event], int]], round_trips: Sequence[bool] = ()
+    batches: Sequence[tuple[Sequence[Event], int]],
+    round_trips: Sequence[bool] = (),
+    *,
+    early: bool = False,
 ) -> tuple[list[dict[str, Any]], list[Event], OrderedMatcher]:
     """Alerts and late payments for the batches (events, watermark), then the timers until
     none is left; with ``round_trips[i]``, the state is reloaded after batch ``i``. The
-    matcher holds the fields the pipeline's does (``HELD_FIELDS``)."""
+    matcher holds the fields the pipeline's does (``HELD_FIELDS``). With ``early``, the
+    alerts are what a changelog of the early ones, the withdrawn ones and the settled
+    ones ends at, in the order of their approvals."""
     config: dict[str, Any] = {"tiebreak_field": "payment_id", "held_fields": HELD_FIELDS}
     matcher, alerts, late = OrderedMatcher(FRAUD, **config), [], []
+    table: dict[str, dict[str, Any]] = {}
     for i, (events, watermark) in enumerate(batches):
-        out = matcher.advance(events, watermark_ms=watermark)
+        out = matcher.advance(events, watermark_ms=watermark, early=early)
+        for match in out.withdrawn:
+            del table[alert(match)[0]["payment_id"]]
+        for match in (*out.matches, *out.early):
+            table[alert(match)[0]["payment_id"]] = alert(match)[1]
         alerts += [alert(m)[1] for m in out.matches]
         late += out.late
         if i < len(round_trips) and round_trips[i]:
@@ -453,8 +481,16 @@ def alerts_of(
     previous = None
     while (timer := matcher.next_timer_ms()) is not None:
         assert previous is None or timer > previous  # each timer releases or expires events
-        alerts += [alert(m)[1] for m in matcher.advance([], watermark_ms=timer).matches]
+        out = matcher.advance([], watermark_ms=timer, early=early)
+        assert out.early == []  # no event added
+        for match in out.withdrawn:
+            del table[alert(match)[0]["payment_id"]]
+        for match in out.matches:
+            table[alert(match)[0]["payment_id"]] = alert(match)[1]
+        alerts += [alert(m)[1] for m in out.matches]
         previous = timer
+    if early:
+        alerts = sorted(table.values(), key=lambda a: (a["approved_ts"], a["payment_id"]))
     return alerts, late, matcher
 
 
@@ -474,6 +510,70 @@ def test_an_approval_after_three_declines_in_ten_minutes() -> None:
     assert len(matcher.buffer) == len(matcher.matcher) == 0
     late_approval = [*declines, payment(9, "approved", 15 * minute + 1)]
     assert alerts_of([(late_approval, 0)])[0] == []
+
+
+def fraud(payment_id: str, count: int, first_ts: int, approved_ts: int) -> dict[str, Any]:
+    return {"card_id": "c1", "payment_id": payment_id, "declined_count": count,
+            "first_declined_ts": first_ts, "approved_ts": approved_ts}  # fmt: skip
+
+
+def test_early_alerts_come_with_their_approval_and_later_payments_correct_them() -> None:
+    minute = 60_000
+    matcher = OrderedMatcher(FRAUD, tiebreak_field="payment_id", held_fields=HELD_FIELDS)
+
+    def advance(*events: Event, watermark: int = 0) -> tuple[list[Any], list[Any], list[Any]]:
+        """The alerts settled, given early and withdrawn by one call."""
+        out = matcher.advance(events, watermark_ms=watermark, early=True)
+        return (
+            [alert(m)[1] for m in out.matches],
+            [alert(m)[1] for m in out.early],
+            [alert(m)[1]["payment_id"] for m in out.withdrawn],
+        )
+
+    declines = [payment(n, "declined", (n + 1) * minute) for n in range(3)]  # 1, 2, 3 minutes
+    # Long before the watermark passes them: the alert comes with its approval.
+    assert advance(*declines, payment(9, "approved", 5 * minute)) == (
+        [], [fraud("p09", 3, minute, 5 * minute)], []
+    )  # fmt: skip
+    assert advance(payment(8, "approved", 6 * minute)) == ([], [], [])  # no alert, no change
+    # Payments in order, one call each, as a stream.
+    for n, at in enumerate([7, 8, 9], start=10):
+        assert advance(payment(n, "declined", at * minute)) == ([], [], [])
+    assert advance(payment(19, "approved", 10 * minute)) == (
+        [], [fraud("p19", 3, 7 * minute, 10 * minute)], []
+    )  # fmt: skip
+    # A decline read later, earlier in event time: the alert counts it.
+    assert advance(payment(4, "declined", 0)) == (
+        [], [fraud("p09", 4, 0, 5 * minute)], ["p09"]
+    )  # fmt: skip
+    # An approval read later, between the declines: it is the alert now, with the three
+    # declines before it; the one after it is not enough for p09 any more.
+    assert advance(payment(5, "approved", 2 * minute + 1)) == (
+        [], [fraud("p05", 3, 0, 2 * minute + 1)], ["p09"]
+    )  # fmt: skip
+    # A payment below the watermark changes nothing: it is late.
+    assert advance(payment(6, "approved", 0), watermark=1) == ([], [], [])
+    # Once the watermark has passed them, the alerts given early stand: none is given again.
+    assert advance(watermark=11 * minute) == ([], [], [])
+    assert matcher.early == [] and len(matcher.buffer) == 0
+
+
+def test_early_alerts_without_events_added_are_not_looked_for() -> None:
+    """A call with only late payments, or none, adds nothing to match early."""
+    matcher = OrderedMatcher(FRAUD, tiebreak_field="payment_id", held_fields=HELD_FIELDS)
+    declines = [payment(n, "declined", 10 + n) for n in range(3)]
+    matcher.advance(declines, watermark_ms=0)  # early not asked for
+    assert matcher.advance([payment(9, "approved", 5)], watermark_ms=6, early=True).early == []
+    out = matcher.advance([payment(8, "approved", 20)], watermark_ms=6, early=True)
+    assert [alert(m)[1] for m in out.early] == [fraud("p08", 3, 10, 20)]
+    state = matcher.to_obj()
+    held = [{f: e[f] for f in HELD_FIELDS} for e in [*declines, payment(8, "approved", 20)]]
+    assert state[5] == [[held[:3], held[3:]]]  # each step's events
+    reloaded = OrderedMatcher.from_state(
+        json.dumps(state), pattern=FRAUD, tiebreak_field="payment_id", held_fields=HELD_FIELDS
+    )
+    assert reloaded.early == matcher.early
+    assert reloaded.advance([], watermark_ms=21).matches == []  # settled as given
 
 
 def test_a_decline_at_the_same_time_counts_if_it_sorts_before_the_approval() -> None:
@@ -513,10 +613,11 @@ PAYMENTS = (
 def batches_of(
     draw: st.DrawFn, payments: list[Event], *, on_time: bool
 ) -> list[tuple[list[Event], int]]:
-    """The payments in a random arrival order and batches, each with a watermark: Spark's
-    (the latest time of earlier batches minus a delay), or, ``on_time``, one that leaves no
-    payment late."""
-    arrival = draw(st.permutations(payments))
+    """The payments in a random arrival order (or in event-time order) and batches, each
+    with a watermark: Spark's (the latest time of earlier batches minus a delay), or,
+    ``on_time``, one that leaves no payment late."""
+    in_order = sorted(payments, key=lambda p: (p["ts"], p["payment_id"]))
+    arrival = draw(st.one_of(st.permutations(payments), st.just(in_order)))
     cuts = sorted(draw(st.lists(st.integers(0, len(arrival)), max_size=6)))
     chunks = [arrival[a:b] for a, b in zip([0, *cuts], [*cuts, len(arrival)], strict=True)]
     delay = draw(st.sampled_from([0, 100_000, TEN_MINUTES_MS, 10**9]))
@@ -532,20 +633,21 @@ def batches_of(
     return batches
 
 
-@settings(max_examples=150, deadline=None)
-@given(payments=PAYMENTS, data=st.data())
+@settings(max_examples=300, deadline=None)
+@given(payments=PAYMENTS, data=st.data(), early=st.booleans())
 def test_fraud_alerts_are_those_of_the_contract_for_the_payments_not_late(
-    payments: list[Event], data: st.DataObject
+    payments: list[Event], data: st.DataObject, early: bool
 ) -> None:
+    """Early alerts too: what their changelog ends at."""
     batches = data.draw(batches_of(payments, on_time=False))
-    alerts, late, matcher = alerts_of(batches)
+    alerts, late, matcher = alerts_of(batches, early=early)
     watermark, expected_late = -(10**18), []
     for events, batch_watermark in batches:
         watermark = max(watermark, batch_watermark)
         expected_late += [p for p in events if p["ts"] < watermark]
     assert late == expected_late
     assert alerts == fraud_alerts([p for p in payments if p not in expected_late])
-    assert len(matcher.buffer) == len(matcher.matcher) == 0  # nothing left behind
+    assert len(matcher.buffer) == len(matcher.matcher) == len(matcher.early) == 0  # nothing left
 
 
 @settings(max_examples=100, deadline=None)
@@ -560,10 +662,56 @@ def test_fraud_alerts_do_not_depend_on_the_arrival_order(
 
 
 @settings(max_examples=100, deadline=None)
-@given(payments=PAYMENTS, data=st.data())
+@given(payments=PAYMENTS, data=st.data(), early=st.booleans())
 def test_reloading_the_state_anywhere_changes_nothing(
-    payments: list[Event], data: st.DataObject
+    payments: list[Event], data: st.DataObject, early: bool
 ) -> None:
     batches = data.draw(batches_of(payments, on_time=False))
     round_trips = data.draw(st.lists(st.booleans(), min_size=len(batches), max_size=len(batches)))
-    assert alerts_of(batches, round_trips)[:2] == alerts_of(batches)[:2]
+    reloaded = alerts_of(batches, round_trips, early=early)[:2]
+    assert reloaded == alerts_of(batches, early=early)[:2]
+
+
+# -- fraud_alerts' operator with early alerts, through PySpark's TwsTester ----------------
+
+NEVER_LATE = 2**62  # the tester's own late filter off: the operator decides (with_event_time)
+
+
+@settings(max_examples=150, deadline=None)
+@given(payments=PAYMENTS, data=st.data())
+def test_after_every_batch_the_alerts_written_are_those_of_the_payments_read_so_far(
+    payments: list[Event], data: st.DataObject
+) -> None:
+    """fraud_alerts' operator, micro-batch after micro-batch (its watermark's timers, then
+    its payments): the last value per key of what it wrote is the contract's alerts over
+    the payments read so far that were not late, and no record repeats its key's value
+    (a tombstone included: none for a key without a value)."""
+    tester = TwsTester(
+        alerts_processor(), timeMode="EventTime", eventTimeExtractor=lambda _: NEVER_LATE
+    )
+    table: dict[str, Any] = {}
+
+    def write(frame: pd.DataFrame | list[Any]) -> None:
+        # (TwsTester.setWatermark gives [] rather than a frame when no timer fires)
+        rows = [] if len(frame) == 0 else frame.itertuples(index=False, name=None)
+        for topic, key, value in rows:
+            if topic == "fraud_alerts":
+                key = json.loads(key)["payment_id"]  # of card c1
+                assert table.get(key) != (None if value is None else json.loads(value))
+                table.pop(key) if value is None else table.update({key: json.loads(value)})
+
+    def expected(read: list[Event]) -> dict[str, Any]:
+        return {a["payment_id"]: a for a in fraud_alerts(read)}
+
+    read, watermark = [], 0  # Spark's first, and the tester's: it only moves forward
+    for events, batch_watermark in data.draw(batches_of(payments, on_time=False)):
+        if batch_watermark > watermark:
+            watermark = batch_watermark
+            write(tester.setWatermark(watermark))
+        if events:  # Spark calls the operator for a key with rows only
+            rows = {KEY: ["c1"] * len(events), EVENT: [json.dumps(e) for e in events]}
+            write(tester.testInPandas(7, pd.DataFrame(rows)))
+        read += [p for p in events if p["ts"] >= watermark]
+        assert table == expected(read)
+    write(tester.setWatermark(NEVER_LATE))
+    assert table == expected(read)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,7 +13,7 @@ from typing import Any
 import psutil
 
 from tests.support.cli import ChildProcess
-from tests.support.topics import JsonRecord, changelog, read_json
+from tests.support.topics import JsonRecord, Row, changelog, read_json
 
 TRIGGER_MS = 300  # short micro-batches: the tests wait for a few of them
 
@@ -83,13 +83,22 @@ class PipelineProcess(ChildProcess):
 
 
 def stop_once_written(
-    pipeline: PipelineProcess, bootstrap: str, name: str, *, keys: int, timeout_s: float
+    pipeline: PipelineProcess,
+    bootstrap: str,
+    name: str,
+    *,
+    keys: int | None = None,
+    expected: Mapping[str, Row] | None = None,
+    timeout_s: float,
 ) -> list[JsonRecord]:
-    """Wait (up to ``timeout_s``) until topic ``name`` holds ``keys`` keys, then stop pipeline
-    ``name``, which must exit cleanly and say so; the topic's records then."""
+    """Wait (up to ``timeout_s``) until topic ``name`` holds ``keys`` keys, or, for an output
+    whose values may change before they are final, until its :func:`changelog` is
+    ``expected``; then stop pipeline ``name``, which must exit cleanly and say so; the
+    topic's records then."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if len(changelog(read_json(bootstrap, name))) >= keys:
+        table = changelog(read_json(bootstrap, name))
+        if table == expected if keys is None else len(table) >= keys:
             break
         time.sleep(1)
     assert pipeline.stop() == 0, pipeline.log()

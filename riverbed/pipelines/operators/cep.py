@@ -50,8 +50,20 @@ that arrives with ``ts`` below the watermark is *late*: it is returned apart, fo
 to send to a side output; it is never fed to the matcher. :class:`OrderedMatcher` is the two
 together, the whole state of one key.
 
+**Early matches.** Matching in event-time order waits for the watermark. Asked to
+(``advance(..., early=True)``), :class:`OrderedMatcher` also gives each match that the events
+it has so far complete, before the watermark passes them: it feeds a copy of its matcher the
+held events, as the watermark will release them. What it gave early and how that stands is
+part of its state. A later event can change such a match (a decline that arrived late
+counts too) or undo it (an approval arrived late in between), so each call says which early
+matches are new or changed and which are withdrawn; when the watermark passes a match's
+last event, the match found then settles it (given again only if it differs). So the early
+matches given and not withdrawn, with the settled ones, are always the matches of every
+event that was not late, in event-time order: a changelog of them ends at the matches that
+waiting would have given.
+
 **State.** ``to_state()`` is a JSON string, ``{"v": 1, ...}`` (:class:`OrderedMatcher`'s, a
-list of version 2); ``from_state`` reads it back given the same configuration. It holds
+list of version 3); ``from_state`` reads it back given the same configuration. It holds
 events and times only: the pattern is code, given again to ``from_state``, so a changed
 condition applies to the held events after a restart.
 
@@ -93,8 +105,10 @@ Match = dict[str, list[Event]]
 Condition = Callable[[Mapping[str, Any]], bool]
 
 STATE_VERSION = 1
-ORDERED_STATE_VERSION = 2
-"""The version of :class:`OrderedMatcher`'s state (version 1 is still read)."""
+ORDERED_STATE_VERSION = 3
+"""The version of :class:`OrderedMatcher`'s state (versions 1 and 2, without early matches,
+are still read)."""
+WITHOUT_EARLY_VERSION = 2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -313,6 +327,20 @@ class Matcher:
     def _dump(self) -> dict[str, Any]:
         return {"frontier_ms": self._frontier_ms, "events": [e for e, _ in self._held]}
 
+    def _could_match(self, events: Sequence[Event]) -> bool:
+        """Whether feeding ``events`` could complete a match: one of them must fit the last
+        step, and, with the events held, each step must find its minimum count of events
+        that fit it (a necessary condition, much cheaper to check than feeding them)."""
+        masks = [self._mask(event) for event in events]
+        last = len(self.pattern.steps) - 1
+        if not any(mask >> last & 1 for mask in masks):
+            return False
+        masks += [mask for _, mask in self._held]
+        return all(
+            sum(mask >> i & 1 for mask in masks) >= step.quantifier.min_count
+            for i, step in enumerate(self.pattern.steps)
+        )
+
     @classmethod
     def _load(cls, frontier_ms: Any, events: list[Event], pattern: Pattern) -> Matcher:
         """The matcher of a state's frontier and events (:meth:`_dump`), whose events it
@@ -508,12 +536,32 @@ class EventTimeBuffer:
         return buffer
 
 
+def _difference(ours: Sequence[Match], theirs: Sequence[Match]) -> list[Match]:
+    """The matches of ``ours`` not in ``theirs``, each of ``theirs`` taking out one equal
+    match (few: a key's early matches)."""
+    if not ours or not theirs:
+        return list(ours)
+    rest, out = list(theirs), []
+    for match in ours:
+        if match in rest:
+            rest.remove(match)
+        else:
+            out.append(match)
+    return out
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Matched:
     matches: list[Match]
-    """The matches completed, in the event-time order of their last events."""
+    """The matches completed, in the event-time order of their last events, but for those
+    given early exactly so."""
     late: list[Event]
     """The events that arrived below the watermark (not matched), in arrival order."""
+    early: list[Match] = field(default_factory=list)
+    """Early matches new or changed since the last call, in event-time order."""
+    withdrawn: list[Match] = field(default_factory=list)
+    """Matches given early before that no longer stand as they were given (a changed one
+    is also in ``early`` or ``matches``)."""
 
 
 class OrderedMatcher:
@@ -522,26 +570,74 @@ class OrderedMatcher:
     rows and the current watermark for each micro-batch, and with no events when the timer
     at :meth:`next_timer_ms` fires; store :meth:`to_state` after each call.
 
-    State: ``[2, watermark_ms, buffer events, frontier_ms, matcher events]``, the two
-    classes' states in one list, the events held being their ``held_fields``
-    (:class:`EventTimeBuffer`). A list, not an object of the two objects (version 1,
-    ``{"v": 1, "buffer": {...}, "matcher": {...}}``, still read): an operator reads and
-    writes every key's state each micro-batch that touches it, and orjson reads a slot of
-    ``fraud_alerts``' states in this form in about half the time."""
+    State: ``[3, watermark_ms, buffer events, frontier_ms, matcher events, early
+    matches]``, the two classes' states in one list, the events held being their
+    ``held_fields`` (:class:`EventTimeBuffer`), and the early matches given and not yet
+    settled, each as its steps' events. A list, not an object of the two objects (version
+    1, ``{"v": 1, "buffer": {...}, "matcher": {...}}``, still read, as is version 2, the
+    list without early matches): an operator reads and writes every key's state each
+    micro-batch that touches it, and orjson reads a slot of ``fraud_alerts``' states in
+    this form in about half the time."""
 
     def __init__(
         self, pattern: Pattern, *, tiebreak_field: str, held_fields: Sequence[str] | None = None
     ) -> None:
         self.buffer = EventTimeBuffer(tiebreak_field=tiebreak_field, held_fields=held_fields)
         self.matcher = Matcher(pattern)
+        self.early: list[Match] = []
+        """The early matches given and not settled, in event-time order of their last
+        events, all of which are held in the buffer."""
 
-    def advance(self, events: Iterable[Mapping[str, Any]], *, watermark_ms: int) -> Matched:
+    def advance(
+        self, events: Iterable[Mapping[str, Any]], *, watermark_ms: int, early: bool = False
+    ) -> Matched:
         """Add ``events`` that arrived while the watermark is ``watermark_ms``; match those
-        the watermark has passed, and expire what can no longer match."""
+        the watermark has passed, and expire what can no longer match. With ``early``, when
+        events were added to those held, match those too (module docstring, "Early
+        matches"); early matches given before are settled either way."""
+        before = len(self.buffer)
         released = self.buffer.advance(events, watermark_ms=watermark_ms)
+        added = len(self.buffer) + len(released.events) - before
         matches = self.matcher._feed(released.events)
         self.matcher.expire(watermark_ms)
-        return Matched(matches=matches, late=released.late)
+        withdrawn: list[Match] = []
+        if self.early:
+            matches, withdrawn = self._settle(matches)
+        given: list[Match] = []
+        if early and added:
+            given, changed = self._match_early()
+            withdrawn += changed
+        return Matched(matches=matches, late=released.late, early=given, withdrawn=withdrawn)
+
+    def _last_ts(self, match: Match) -> int:
+        last: int = match[self.matcher.pattern.steps[-1].name][-1]["ts"]
+        return last
+
+    def _settle(self, matches: list[Match]) -> tuple[list[Match], list[Match]]:
+        """The matches to give and the early ones withdrawn, once the watermark has passed
+        the last events of early matches: those last events have just been released and
+        fed, so ``matches`` are what the early ones become."""
+        watermark = self.buffer.watermark_ms
+        assert watermark is not None  # set by the buffer's advance
+        passed = 0
+        while passed < len(self.early) and self._last_ts(self.early[passed]) < watermark:
+            passed += 1
+        settled, self.early = self.early[:passed], self.early[passed:]
+        return _difference(matches, settled), _difference(settled, matches)
+
+    def _match_early(self) -> tuple[list[Match], list[Match]]:
+        """The early matches new or changed, and those withdrawn: a copy of the matcher fed
+        the held events, which the watermark will release to it in this order (none older
+        than its frontier: the buffer holds only events at or above the watermark); none
+        when the matcher's events and those held cannot make a match."""
+        held = self.buffer._held
+        now: list[Match] = []
+        if self.matcher._could_match(held):
+            trial = Matcher(self.matcher.pattern)
+            trial._frontier_ms, trial._held = self.matcher._frontier_ms, list(self.matcher._held)
+            now = trial._feed(held)
+        before, self.early = self.early, now
+        return _difference(now, before), _difference(before, now)
 
     def next_timer_ms(self) -> int | None:
         """The watermark at which to call :meth:`advance` again even without events (to
@@ -554,12 +650,14 @@ class OrderedMatcher:
     def to_obj(self) -> list[Any]:
         """The state as JSON-able data; :meth:`to_state` is its JSON text."""
         buffer, matcher = self.buffer, self.matcher
+        steps = [step.name for step in matcher.pattern.steps]
         return [
             ORDERED_STATE_VERSION,
             buffer.watermark_ms,
             buffer._held,
             matcher._frontier_ms,
             [event for event, _ in matcher._held],
+            [[match[name] for name in steps] for match in self.early],
         ]
 
     def to_state(self) -> str:
@@ -577,18 +675,24 @@ class OrderedMatcher:
         """The matcher :meth:`to_obj` gave ``value`` of. It holds ``value``'s events as they
         are, without a copy: the caller must not change them (:meth:`to_obj` hands out the
         matcher's own lists too)."""
-        if isinstance(value, list) and len(value) == 5 and value[0] == ORDERED_STATE_VERSION:
+        early: list[list[list[Event]]] = []
+        if isinstance(value, list) and len(value) == 6 and value[0] == ORDERED_STATE_VERSION:
+            _, watermark_ms, buffered, frontier_ms, matching, early = value
+        elif isinstance(value, list) and len(value) == 5 and value[0] == WITHOUT_EARLY_VERSION:
             _, watermark_ms, buffered, frontier_ms, matching = value
         elif isinstance(value, dict) and value.get("v") == STATE_VERSION:
             buffer, matcher = value["buffer"], value["matcher"]
             watermark_ms, buffered = buffer["watermark_ms"], buffer["events"]
             frontier_ms, matching = matcher["frontier_ms"], matcher["events"]
         else:
-            raise ValueError(f"not a CEP state of version {ORDERED_STATE_VERSION} or "
-                             f"{STATE_VERSION}: {str(value)[:100]!r}")  # fmt: skip
+            raise ValueError(f"not a CEP state of version {ORDERED_STATE_VERSION}, "
+                             f"{WITHOUT_EARLY_VERSION} or {STATE_VERSION}: "
+                             f"{str(value)[:100]!r}")  # fmt: skip
         ordered = cls.__new__(cls)
         ordered.buffer = EventTimeBuffer._load(watermark_ms, buffered, tiebreak_field, held_fields)
         ordered.matcher = Matcher._load(frontier_ms, matching, pattern)
+        steps = [step.name for step in pattern.steps]
+        ordered.early = [dict(zip(steps, match, strict=True)) for match in early]
         return ordered
 
     @classmethod

@@ -35,11 +35,20 @@ released and matched, and partial matches expire, even if the key gets no more e
 Since the matcher is advanced with the watermark itself, the rounding changes when a match
 is written, never what it is.
 
+**Early matches** (``early=True``). A match is then written by the micro-batch that reads
+its last event, not about the watermark delay later: the processor asks the key's matcher
+for the matches its events complete so far (:mod:`riverbed.pipelines.operators.cep`, "Early
+matches"). What a later event changes is written again: a changed match's new value, or a
+tombstone (a null value) for a match that no longer stands; once the watermark passes a
+match, it is written again only if it differs from what was written early. The output topic
+is then a changelog whose last value per key is the result (DESIGN.md's reading of every
+output), equal to the output without early matches; no record repeats its key's value
+before it.
+
 **Output.** Rows for the riverbed sink (``topic``, ``key``, ``value``; JSON strings,
-:data:`~riverbed.pipelines.operators.base.OUTPUT_SCHEMA`): one per match, as the caller's
-``result`` function turns it into a (key, value) pair, and one per late event; written in
-the micro-batch's
-transaction, so each exactly once.
+:data:`~riverbed.pipelines.operators.base.OUTPUT_SCHEMA`): one per match (and per change of
+an early one), as the caller's ``result`` function turns it into a (key, value) pair, and
+one per late event; written in the micro-batch's transaction, so each exactly once.
 """
 
 from __future__ import annotations
@@ -82,7 +91,8 @@ class PatternMatches(KeyedOperator):
     """The matches of ``pattern`` in each key's events, in event-time order, ties broken by
     ``tiebreak_field`` (module docstring); the events held are their ``held_fields``, the
     fields the pattern's conditions and ``result`` read (``None``: all; a late event is
-    written whole). Must be picklable: Spark sends it to the
+    written whole); with ``early``, matches are written as soon as their events are read,
+    and corrected (module docstring). Must be picklable: Spark sends it to the
     executors, and ``init`` runs there before its first key (and once on the
     driver, to learn the state schema)."""
 
@@ -97,6 +107,7 @@ class PatternMatches(KeyedOperator):
         late_topic: str,
         late_key_fields: Sequence[str],
         held_fields: Sequence[str] | None = None,
+        early: bool = False,
     ) -> None:
         super().__init__(
             output_schema=OUTPUT_SCHEMA, state_name="matchers", resolution_ms=TIMER_RESOLUTION_MS
@@ -106,6 +117,7 @@ class PatternMatches(KeyedOperator):
         self.topic, self.result = topic, result
         self.late_topic, self.late_key_fields = late_topic, list(late_key_fields)
         self.held_fields = None if held_fields is None else tuple(held_fields)
+        self.early = early
 
     def on_input(self, key: Any, batch: pd.DataFrame, watermark_ms: int) -> OutputRows:
         by_key: dict[str, list[Event]] = {}
@@ -137,16 +149,21 @@ class PatternMatches(KeyedOperator):
                 tiebreak_field=self.tiebreak_field,
                 held_fields=self.held_fields,
             )
-        matched = ordered.advance(events, watermark_ms=watermark_ms)
+        matched = ordered.advance(events, watermark_ms=watermark_ms, early=self.early)
         after = ordered.next_timer_ms()
         if after is None:
             self.states.remove(name)  # nothing held (module docstring)
         else:
             self.states.put(name, ordered.to_obj(), due_ms=after)
+        # A match given early that changed is written again under its key (unless its
+        # result is the same); one that no longer stands, or now has another key, gets a
+        # tombstone.
         out: OutputRows = []
-        for match in matched.matches:
-            result_key, value = self.result(match)
-            out.append((self.topic, dumps(result_key), dumps(value)))
+        if matched.matches or matched.early or matched.withdrawn:
+            was = {dumps(k): dumps(v) for k, v in map(self.result, matched.withdrawn)}
+            now = {dumps(k): dumps(v) for k, v in map(self.result, matched.matches + matched.early)}
+            out += [(self.topic, key, None) for key in was if key not in now]
+            out += [(self.topic, key, value) for key, value in now.items() if was.get(key) != value]
         reached = ordered.buffer.watermark_ms  # what the late events were compared with
         assert reached is not None  # set by advance
         for event in matched.late:

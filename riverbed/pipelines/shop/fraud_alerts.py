@@ -11,10 +11,16 @@ the approval. Event-time order is ``(ts, payment_id)``: of two payments with the
 ``ts`` the one with the smaller ``payment_id`` comes first.
 
 The operator is :class:`riverbed.pipelines.operators.pattern_matches.PatternMatches`, keyed by
-``card_id``, watermark 2 minutes: a card's payments are matched once the watermark has
-passed them, in event-time order, so an alert is written about 2 minutes (event time)
-after its approval, once. A payment that arrives below the watermark is too late to be put
-in order: it goes to ``fraud_alerts_late``, keyed ``{payment_id}``, with a ``reason``.
+``card_id``, watermark 2 minutes, with early matches: an alert is written by the
+micro-batch that reads its approval, from the card's payments read so far in event-time
+order. A payment read later can change it (a decline that arrived out of order makes the
+count higher: the alert is written again) or undo it (an approval that arrived out of
+order in between: a tombstone). Once the watermark has passed the approval, the alert is
+that of every payment up to it, and written again only if it differs. So
+``fraud_alerts`` is a changelog whose last value per ``{card_id, payment_id}`` is the
+contract's alert, as DESIGN.md says readers take every output; with payments in order, each
+alert is written once. A payment that arrives below the watermark is too late to be put in
+order: it goes to ``fraud_alerts_late``, keyed ``{payment_id}``, with a ``reason``.
 Records that are not payments (not a JSON object; no ``card_id``, ``payment_id`` or
 ``ts``; a ``status`` other than ``approved`` or ``declined``) are left out.
 """
@@ -94,6 +100,7 @@ def alerts_processor() -> PatternMatches:
         late_topic="fraud_alerts_late",
         late_key_fields=["payment_id"],
         held_fields=HELD_FIELDS,
+        early=True,
     )
 
 
