@@ -48,6 +48,7 @@ from riverbed.pipelines.shop.contract import PAYMENT, WATERMARK_DELAY
 from riverbed.pipelines.shop.fraud_alerts import alerts_processor
 from riverbed.testing.memory_states import MemoryHandle, Watermark
 from riverbed.testing.references import fraud_alerts
+from riverbed.testing.topic_reader import last_values, repeated_keys
 
 Batch = tuple[int, dict[int, pd.DataFrame]]
 """A micro-batch: its watermark, and each bucket's input frame."""
@@ -126,13 +127,8 @@ class Run:
 def check(run: Run, payments: list[dict[str, Any]]) -> str:
     late = {json.loads(k)["payment_id"] for t, k, _ in run.outputs if t == "fraud_alerts_late"}
     records = [(k, v) for t, k, v in run.outputs if t == "fraud_alerts"]
-    table: dict[str, str | None] = {}  # the changelog: early alerts, then corrections
-    repeated = []
-    for key, value in records:
-        if table.get(key, "none yet") == value:
-            repeated.append(key)
-        table[key] = value
-    written = [json.loads(v) for v in table.values() if v is not None]
+    repeated = repeated_keys(records)  # early alerts, then corrections: none written twice
+    written = [json.loads(v) for v in last_values(records).values()]
     expected = {
         (a["card_id"], a["payment_id"]): a
         for a in fraud_alerts(p for p in payments if p["payment_id"] not in late)

@@ -8,7 +8,9 @@ them without keeping them. A read that does not reach the end in ``timeout_s``, 
 other consumer error, raises :class:`TopicReadError`.
 
 :func:`last_values` folds a changelog into its table: the last value per key, a tombstone
-(``None``) removing the key, as a compacted topic keeps it.
+(``None``) removing the key, as a compacted topic keeps it; :func:`repeated_keys` finds the
+records that repeat the value their key already had, what a record written twice leaves in
+a changelog whose values may change (early results and their corrections).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ __all__ = [
     "count_to_end",
     "last_values",
     "read_to_end",
+    "repeated_keys",
 ]
 
 K = TypeVar("K", bound=Hashable)
@@ -113,6 +116,18 @@ def last_values(changes: Iterable[tuple[K, V | None]]) -> dict[K, V]:
         else:
             table[key] = value
     return table
+
+
+def repeated_keys(changes: Iterable[tuple[K, V | None]]) -> list[K]:
+    """The key of each change of ``(key, value)`` that repeats the value its key already had
+    (a tombstone of a key without one included), in order."""
+    table: dict[K, V | None] = {}
+    repeated = []
+    for key, value in changes:
+        if table.get(key) == value:
+            repeated.append(key)
+        table[key] = value
+    return repeated
 
 
 def _first(partitions: int | None) -> range | None:

@@ -25,6 +25,7 @@ from riverbed.pipelines.operators.pattern_matches import KEY, TIMER_RESOLUTION_M
 from riverbed.pipelines.shop.fraud_alerts import alerts_processor
 from riverbed.testing.memory_states import MemoryHandle
 from riverbed.testing.references import fraud_alerts
+from riverbed.testing.topic_reader import repeated_keys
 from tests.support.brokers import BrokerProcess
 from tests.support.events import BASE, MINUTE, disordered
 from tests.support.keyed_states import slot_entries
@@ -300,11 +301,7 @@ def test_alerts_late_payments_kill_and_restart(
     assert changelog(results) == expected
     # Alerts are written early and corrected by payments read later (out of order), but no
     # record repeats the value its key had: nothing written twice across the kill.
-    values: dict[str, Any] = {}
-    for record in results:
-        key = json.dumps(record.key, sort_keys=True)
-        assert values.get(key, "none yet") != record.value, key
-        values[key] = record.value
+    assert repeated_keys((json.dumps(r.key, sort_keys=True), r.value) for r in results) == []
     for payment, reason in late_reasons(bootstrap, "fraud_alerts_late", stragglers, "payment_id"):
         found = re.fullmatch(
             r"too late for event-time order: ts (\d+) is below the watermark "

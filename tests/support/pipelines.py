@@ -98,7 +98,7 @@ def stop_once_written(
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         table = changelog(read_json(bootstrap, name))
-        if table == expected if keys is None else len(table) >= keys:
+        if (table == expected) if keys is None else (len(table) >= keys):
             break
         time.sleep(1)
     assert pipeline.stop() == 0, pipeline.log()

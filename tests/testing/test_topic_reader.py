@@ -13,6 +13,7 @@ from riverbed.testing.topic_reader import (
     count_to_end,
     last_values,
     read_to_end,
+    repeated_keys,
 )
 from tests.support.brokers import create_topic
 from tests.support.transactions import txn_producer
@@ -58,3 +59,9 @@ def test_a_partition_whose_end_never_comes_raises(broker: Broker) -> None:
 def test_last_values_keeps_the_last_value_of_each_key_and_a_tombstone_removes_it() -> None:
     changes = [("a", 1), ("b", 2), ("a", 3), ("b", None), ("c", None)]
     assert last_values(changes) == {"a": 3}
+
+
+def test_repeated_keys_are_those_of_changes_that_leave_their_key_as_it_was() -> None:
+    changes = [("a", 1), ("b", 2), ("a", 3), ("a", 3), ("b", None), ("b", None), ("c", None)]
+    assert repeated_keys(changes) == ["a", "b", "c"]  # a tombstone of no value repeats too
+    assert repeated_keys([("a", 1), ("a", None), ("a", 1)]) == []  # corrections
