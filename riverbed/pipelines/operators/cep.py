@@ -211,6 +211,7 @@ class _Shape:
     """What a :class:`Matcher` derives from its pattern (:attr:`Pattern.shape`)."""
 
     steps: tuple[Step, ...]
+    names: tuple[str, ...]
     conditions: tuple[Condition, ...]
     least: int
     """The fewest events a match has."""
@@ -254,6 +255,7 @@ def _shape(pattern: Pattern) -> _Shape:
     )
     return _Shape(
         steps=pattern.steps,
+        names=tuple(step.name for step in pattern.steps),
         conditions=tuple(step.condition for step in pattern.steps),
         least=sum(step.quantifier.min_count for step in pattern.steps),
         dead_end=1 << last if once and strict else 0,
@@ -294,12 +296,13 @@ class Matcher:
             checked.append(dict(event))
         return self._feed(checked)
 
-    def _feed(self, events: Iterable[Event]) -> list[Match]:
+    def _feed(self, events: Sequence[Event], masks: Sequence[int] | None = None) -> list[Match]:
         """:meth:`feed` of events whose ``ts`` has been checked (:class:`OrderedMatcher`'s,
-        released by its buffer), taken as they are."""
+        released by its buffer), taken as they are; ``masks``: their :meth:`_mask`, if
+        already known."""
         matches = []
-        for event in events:
-            match = self._feed_one(event)
+        for event, mask in zip(events, masks or map(self._mask, events), strict=True):
+            match = self._feed_one(event, mask)
             if match is not None:
                 matches.append(match)
         return matches
@@ -327,19 +330,26 @@ class Matcher:
     def _dump(self) -> dict[str, Any]:
         return {"frontier_ms": self._frontier_ms, "events": [e for e, _ in self._held]}
 
-    def _could_match(self, events: Sequence[Event]) -> bool:
-        """Whether feeding ``events`` could complete a match: one of them must fit the last
-        step, and, with the events held, each step must find its minimum count of events
-        that fit it (a necessary condition, much cheaper to check than feeding them)."""
-        masks = [self._mask(event) for event in events]
+    def _could_match(self, masks: Sequence[int]) -> bool:
+        """Whether feeding events of ``masks`` (:meth:`_mask`) could complete a match: one
+        of them must fit the last step, and, with the events held, each step must find its
+        minimum count of events that fit it (a necessary condition, much cheaper to check
+        than feeding them)."""
         last = len(self.pattern.steps) - 1
         if not any(mask >> last & 1 for mask in masks):
             return False
-        masks += [mask for _, mask in self._held]
+        every = [*masks, *(mask for _, mask in self._held)]
         return all(
-            sum(mask >> i & 1 for mask in masks) >= step.quantifier.min_count
+            sum(mask >> i & 1 for mask in every) >= step.quantifier.min_count
             for i, step in enumerate(self.pattern.steps)
         )
+
+    def _copy(self) -> Matcher:
+        """A matcher in this one's state, to feed apart (the events are shared: never
+        changed)."""
+        copy = Matcher(self.pattern)
+        copy._frontier_ms, copy._held = self._frontier_ms, list(self._held)
+        return copy
 
     @classmethod
     def _load(cls, frontier_ms: Any, events: list[Event], pattern: Pattern) -> Matcher:
@@ -367,14 +377,13 @@ class Matcher:
             kept += 1
         del held[:kept]
 
-    def _feed_one(self, event: Event) -> Match | None:
+    def _feed_one(self, event: Event, mask: int) -> Match | None:
         ts = event["ts"]
         if self._frontier_ms is not None and ts < self._frontier_ms:
             raise ValueError(f"events must be fed in event-time order: ts {ts} after "
                              f"{self._frontier_ms}")  # fmt: skip
         self._frontier_ms = ts
         self._drop_before(ts - self.pattern.within_ms)
-        mask = self._mask(event)
         if not mask:
             if self._shape.strict:
                 self._held.clear()  # no strict match spans this event
@@ -610,7 +619,7 @@ class OrderedMatcher:
         return Matched(matches=matches, late=released.late, early=given, withdrawn=withdrawn)
 
     def _last_ts(self, match: Match) -> int:
-        last: int = match[self.matcher.pattern.steps[-1].name][-1]["ts"]
+        last: int = match[self.matcher._shape.names[-1]][-1]["ts"]
         return last
 
     def _settle(self, matches: list[Match]) -> tuple[list[Match], list[Match]]:
@@ -631,11 +640,10 @@ class OrderedMatcher:
         than its frontier: the buffer holds only events at or above the watermark); none
         when the matcher's events and those held cannot make a match."""
         held = self.buffer._held
+        masks = [self.matcher._mask(event) for event in held]
         now: list[Match] = []
-        if self.matcher._could_match(held):
-            trial = Matcher(self.matcher.pattern)
-            trial._frontier_ms, trial._held = self.matcher._frontier_ms, list(self.matcher._held)
-            now = trial._feed(held)
+        if self.matcher._could_match(masks):
+            now = self.matcher._copy()._feed(held, masks)
         before, self.early = self.early, now
         return _difference(now, before), _difference(before, now)
 
@@ -650,7 +658,7 @@ class OrderedMatcher:
     def to_obj(self) -> list[Any]:
         """The state as JSON-able data; :meth:`to_state` is its JSON text."""
         buffer, matcher = self.buffer, self.matcher
-        steps = [step.name for step in matcher.pattern.steps]
+        steps = matcher._shape.names
         return [
             ORDERED_STATE_VERSION,
             buffer.watermark_ms,
@@ -691,8 +699,7 @@ class OrderedMatcher:
         ordered = cls.__new__(cls)
         ordered.buffer = EventTimeBuffer._load(watermark_ms, buffered, tiebreak_field, held_fields)
         ordered.matcher = Matcher._load(frontier_ms, matching, pattern)
-        steps = [step.name for step in pattern.steps]
-        ordered.early = [dict(zip(steps, match, strict=True)) for match in early]
+        ordered.early = [dict(zip(pattern.shape.names, match, strict=True)) for match in early]
         return ordered
 
     @classmethod
