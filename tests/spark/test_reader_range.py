@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pyarrow as pa
 import pytest
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from riverbed.broker import Broker
 from riverbed.spark.errors import DataLossError
+from riverbed.spark.source import range_reader
 from riverbed.spark.source.kafka_client import consumer_config
 from riverbed.spark.source.offsets import OffsetRange
 from riverbed.spark.source.range_reader import BATCH_ROWS, CONSUME_MESSAGES, ReadConfig, read_range
@@ -65,6 +68,41 @@ def test_exact_ranges_in_arrow_batches_of_the_spark_schema(broker: Broker) -> No
         assert pa.Table.from_batches(first, arrow_schema(include_headers=False)).equals(
             pa.Table.from_batches(read(bootstrap, start, end), arrow_schema(include_headers=False))
         )
+
+
+class CountingConsumer(Consumer):
+    """A consumer that records each ``consume`` call: the messages asked for and got."""
+
+    calls: ClassVar[list[tuple[int, int]]] = []
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
+        messages = super().consume(num_messages, timeout)
+        CountingConsumer.calls.append((num_messages, len(messages)))
+        return messages
+
+
+def test_no_consume_call_waits_for_records_past_the_range(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``consume(n, timeout)`` returns early only with ``n`` messages: asking for more than
+    the range holds made every small range wait the whole timeout for records past its end
+    (a micro-batch of 75 records a partition waited 50 ms a task)."""
+    bootstrap = broker.bootstrap_servers
+    create_topic(bootstrap, "r", partitions=1)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(CONSUME_MESSAGES + 500):
+        producer.produce("r", value=b"%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    monkeypatch.setattr(range_reader, "Consumer", CountingConsumer)
+
+    for start, end in ((0, 75), (100, 100 + CONSUME_MESSAGES + 10), (2_400, 2_500)):
+        CountingConsumer.calls = []
+        assert offsets(read(bootstrap, start, end)) == list(range(start, end))
+        left = end - start
+        for asked, got in CountingConsumer.calls:
+            assert asked == min(left, CONSUME_MESSAGES)
+            left -= got
+        assert left == 0
 
 
 def test_transaction_markers_and_aborted_records_are_gaps(broker: Broker) -> None:
