@@ -167,7 +167,7 @@ def main() -> None:
     # As for the micro-batches below: the query's first batches (Python workers starting,
     # the backlog of their start) left out.
     warm_from = min(approvals.values(), default=0) + args.seconds * 1000 / 10
-    warm = [first[p] - h for p, h in approvals.items() if p in first and h >= warm_from]
+    settled = [first[p] - h for p, h in approvals.items() if p in first and h >= warm_from]
     print(
         f"{args.rate:,} payments/s for {args.seconds:.0f} s, trigger {args.trigger_ms} ms: "
         f"{len(approvals):,} fraud sequences, {len(produced):,} of their alerts received, "
@@ -175,9 +175,9 @@ def main() -> None:
         f"corrections or withdrawals), {len(batches)} micro-batches",
         flush=True,
     )
-    if not warm:
+    if not settled:
         raise SystemExit("no alert of a fraud sequence arrived")
-    for name, values in (("", produced), (", the first tenth of the run left out", warm)):
+    for name, values in (("", produced), (", the first tenth of the run left out", settled)):
         print(
             f"  from the approval's production{name}: {len(values):,} alerts, p50 "
             f"{statistics.median(values):,.0f} ms, p95 {percentile(values, 0.95):,.0f} ms, "
