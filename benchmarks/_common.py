@@ -7,6 +7,7 @@ reading topics back and the pipelines' references are riverbed.testing's.
 
 from __future__ import annotations
 
+import argparse
 import cProfile
 import json
 import math
@@ -374,6 +375,71 @@ def print_profile(call: Callable[[], object]) -> None:
     profile.runcall(call)
     pstats.Stats(profile).sort_stats("tottime").print_stats(25)
     pstats.Stats(profile).sort_stats("cumulative").print_stats(25)
+
+
+def operator_arguments(doc: str, unit: str, *, cache: bool) -> argparse.Namespace:
+    """The command line of an operator benchmark: ``--UNIT`` (how many input records, e.g.
+    ``--payments``), ``--batch``, ``--repeat``, ``--profile`` and, with ``cache``, ``--cache``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument(f"--{unit}", type=int, default=1_000_000)
+    parser.add_argument("--batch", type=int, default=100_000, help=f"{unit} per micro-batch")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--profile", action="store_true", help="one run under cProfile")
+    if cache:
+        parser.add_argument("--cache", type=Path, help=f"keep the {unit} made in this file")
+    return parser.parse_args()
+
+
+class OperatorRun:
+    """One run of a keyed operator over micro-batches without Spark (the operator
+    benchmarks): a processor made by ``make`` and an in-memory state per bucket, as each
+    Python worker would have them, called as Spark calls them (each bucket's input, then
+    the timers the batch's watermark has reached, bucket by bucket), and the output rows
+    (topic, key, value)."""
+
+    def __init__(self, make: Callable[[], Any], state_name: str) -> None:
+        from riverbed.testing.memory_states import MemoryHandle
+
+        self.make, self.state_name, self.handle_type = make, state_name, MemoryHandle
+        self.processors: dict[int, Any] = {}
+        self.handles: dict[int, Any] = {}
+        self.outputs: list[tuple[str, str, str]] = []
+
+    def processor(self, bucket: int) -> Any:
+        if bucket not in self.processors:
+            processor, handle = self.make(), self.handle_type()
+            processor.init(handle)
+            self.processors[bucket], self.handles[bucket] = processor, handle
+        return self.processors[bucket]
+
+    def __call__(self, work: Sequence[tuple[int, dict[int, Any]]]) -> None:
+        """Run ``work``: per micro-batch, its watermark and each bucket's input frame."""
+        from riverbed.testing.memory_states import Watermark
+
+        for watermark, frames in work:
+            for bucket, frame in frames.items():
+                calls = self.processor(bucket).handleInputRows(
+                    (bucket,), iter([frame]), Watermark(watermark)
+                )
+                self._collect(calls)
+            for bucket, handle in self.handles.items():
+                for at in handle.fire(watermark):
+                    calls = self.processors[bucket].handleExpiredTimer(
+                        (bucket,), Watermark(watermark), Watermark(watermark, at)
+                    )
+                    self._collect(calls)
+
+    def _collect(self, frames: Any) -> None:
+        for frame in frames:
+            self.outputs += frame.itertuples(index=False, name=None)
+
+    def state_bytes(self) -> int:
+        """The text of the operator's map state, all buckets."""
+        return sum(
+            len(value[0])
+            for handle in self.handles.values()
+            for value in handle.maps[self.state_name].entries.values()
+        )
 
 
 def print_spread(figures: Sequence[float], unit: str) -> None:

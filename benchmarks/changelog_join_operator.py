@@ -24,7 +24,6 @@ Not part of the test run; results go in BENCHMARKS.md.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -36,7 +35,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import print_profile, print_spread
+from _common import operator_arguments, print_profile, print_spread
 from pipelines_joins import SHOP, CategorySalesInputs, Record, generate
 
 from riverbed.pipelines.operators.buckets import BUCKETS
@@ -158,12 +157,7 @@ def check(run: Run, inputs: CategorySalesInputs) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--batch", type=int, default=100_000, help="records per micro-batch")
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--profile", action="store_true", help="one run under cProfile")
-    args = parser.parse_args()
+    args = operator_arguments(__doc__, "records", cache=False)
     started = time.perf_counter()
     inputs = generate(SHOP, ["category_sales"], args.records)["category_sales"]
     assert isinstance(inputs, CategorySalesInputs)

@@ -27,7 +27,6 @@ BENCHMARKS.md.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -39,14 +38,13 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import print_profile, print_spread
+from _common import OperatorRun, operator_arguments, print_profile, print_spread
 from pipelines_joins import SHOP, FraudAlertsInputs, generate
 
 from riverbed.pipelines.operators.buckets import BUCKETS
-from riverbed.pipelines.operators.pattern_matches import EVENT, KEY, PatternMatches
+from riverbed.pipelines.operators.pattern_matches import EVENT, KEY
 from riverbed.pipelines.shop.contract import PAYMENT, WATERMARK_DELAY
 from riverbed.pipelines.shop.fraud_alerts import alerts_processor
-from riverbed.testing.memory_states import MemoryHandle, Watermark
 from riverbed.testing.references import fraud_alerts
 from riverbed.testing.topic_reader import last_values, repeated_keys
 
@@ -78,53 +76,11 @@ def batches(payments: list[dict[str, Any]], size: int) -> list[Batch]:
     return out
 
 
-class Run:
-    """One run over the batches: a processor and an in-memory state per bucket, as each
-    Python worker would have, and the output rows."""
-
-    def __init__(self) -> None:
-        self.processors: dict[int, PatternMatches] = {}
-        self.handles: dict[int, MemoryHandle] = {}
-        self.outputs: list[tuple[str, str, str]] = []
-
-    def processor(self, bucket: int) -> PatternMatches:
-        if bucket not in self.processors:
-            processor, handle = alerts_processor(), MemoryHandle()
-            processor.init(handle)  # type: ignore[arg-type]
-            self.processors[bucket], self.handles[bucket] = processor, handle
-        return self.processors[bucket]
-
-    def __call__(self, work: list[Batch]) -> None:
-        for watermark, frames in work:
-            for bucket, frame in frames.items():
-                calls = self.processor(bucket).handleInputRows(
-                    (bucket,),
-                    iter([frame]),
-                    Watermark(watermark),  # type: ignore[arg-type]
-                )
-                self._collect(calls)
-            for bucket, handle in self.handles.items():
-                for at in handle.fire(watermark):
-                    calls = self.processors[bucket].handleExpiredTimer(
-                        (bucket,),
-                        Watermark(watermark),  # type: ignore[arg-type]
-                        Watermark(watermark, at),  # type: ignore[arg-type]
-                    )
-                    self._collect(calls)
-
-    def _collect(self, frames: Any) -> None:
-        for frame in frames:
-            self.outputs += frame.itertuples(index=False, name=None)
-
-    def state_bytes(self) -> int:
-        return sum(
-            len(value[0])
-            for handle in self.handles.values()
-            for value in handle.maps["matchers"].entries.values()
-        )
+def new_run() -> OperatorRun:
+    return OperatorRun(alerts_processor, "matchers")
 
 
-def check(run: Run, payments: list[dict[str, Any]]) -> str:
+def check(run: OperatorRun, payments: list[dict[str, Any]]) -> str:
     late = {json.loads(k)["payment_id"] for t, k, _ in run.outputs if t == "fraud_alerts_late"}
     records = [(k, v) for t, k, v in run.outputs if t == "fraud_alerts"]
     repeated = repeated_keys(records)  # early alerts, then corrections: none written twice
@@ -157,24 +113,18 @@ def made_payments(count: int, cache: Path | None) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--payments", type=int, default=1_000_000)
-    parser.add_argument("--batch", type=int, default=100_000, help="payments per micro-batch")
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--profile", action="store_true", help="one run under cProfile")
-    parser.add_argument("--cache", type=Path, help="keep the payments made in this file")
-    args = parser.parse_args()
+    args = operator_arguments(__doc__, "payments", cache=True)
     started = time.perf_counter()
     payments = made_payments(args.payments, args.cache)
     work = batches(payments, args.batch)
     print(f"{len(payments):,} payments in {len(work)} batches, made in "
           f"{time.perf_counter() - started:.1f} s")  # fmt: skip
     if args.profile:
-        print_profile(lambda: Run()(work))
+        print_profile(lambda: new_run()(work))
         return
     figures = []
     for i in range(args.repeat):
-        run = Run()
+        run = new_run()
         cpu = time.process_time()
         run(work)
         per_payment = (time.process_time() - cpu) / len(payments) * 1e6

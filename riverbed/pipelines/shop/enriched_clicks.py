@@ -25,7 +25,7 @@ from pyspark.sql import DataFrame
 from riverbed.pipelines.operators.as_of_join import AsOfJoin, as_of_join
 from riverbed.pipelines.shop.contract import CLICK, WATERMARK_DELAY
 
-__all__ = ["LATE_TOPIC", "PROFILE_COLUMNS", "RETENTION_MS", "TOPIC", "build"]
+__all__ = ["LATE_TOPIC", "PROFILE_COLUMNS", "RETENTION_MS", "TOPIC", "build", "join_processor"]
 
 TOPIC = "enriched_clicks"
 LATE_TOPIC = "enriched_clicks_late"
@@ -38,9 +38,9 @@ exactly and corrected by every late profile change within the hour."""
 PROFILE_COLUMNS = ("name", "country", "tier")
 
 
-def build(source: DataFrame) -> DataFrame:
-    """The pipeline's rows (``topic``, ``key``, ``value``) from the riverbed source."""
-    join = AsOfJoin(
+def join_processor() -> AsOfJoin:
+    """The pipeline's operator: clicks joined with their user's profile."""
+    return AsOfJoin(
         id_field="click_id",
         ts_field="ts",
         columns=PROFILE_COLUMNS,
@@ -48,9 +48,13 @@ def build(source: DataFrame) -> DataFrame:
         late_topic=LATE_TOPIC,
         retention_ms=RETENTION_MS,
     )
+
+
+def build(source: DataFrame) -> DataFrame:
+    """The pipeline's rows (``topic``, ``key``, ``value``) from the riverbed source."""
     return as_of_join(
         source,
-        join,
+        join_processor(),
         events_topic=CLICKS_TOPIC,
         event_schema=CLICK,
         changes_topic=USERS_TOPIC,
