@@ -223,6 +223,24 @@ def test_clicks_join_the_profile_as_of_their_time_and_late_changes_correct_them(
     assert list(kept(t, BUCKET_U1)) == ["u1"]
 
 
+def test_a_click_with_a_nan_is_kept_and_corrected_with_it() -> None:
+    """Spark's ``to_json`` writes a NaN field as ``NaN``: the click is kept with it (its
+    state is not written with orjson's ``null``) and written again with it when a late
+    change corrects it."""
+    t = join_tester()
+    users = Users()
+    users.snapshot(1_000, [row("ann", "gold")])
+    clicks = batch("u1", clicks=[("c1", 2_000)], users=users)
+    clicks[EVENT] = clicks[EVENT].str.replace('"ts": 2000}', '"ts": 2000, "score": NaN}')
+    first = t.testInPandas(BUCKET_U1, clicks)
+    assert '"score":NaN' in first["value"][0]
+    late = Users(lsn=users.lsn)
+    late.transaction(1_500, [("u", "u1", row("ann", "silver"))])
+    corrected = t.testInPandas(BUCKET_U1, batch("u1", users=late))
+    assert answers(corrected) == {"c1": ("ann", "silver")}
+    assert '"score":NaN' in corrected["value"][0]
+
+
 def test_retention_forgets_what_the_horizon_passed_and_reports_late_inputs() -> None:
     t = join_tester()
     users = Users()

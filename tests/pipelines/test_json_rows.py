@@ -7,14 +7,17 @@ import json
 import math
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from riverbed.pipelines.operators import json_rows
 from riverbed.pipelines.operators.json_rows import (
     JSON_WROTE,
     dumps,
     json_text,
     loads,
+    nonfinite_read,
     read_state,
     state_text,
 )
@@ -109,3 +112,38 @@ def test_orjson_writes_a_state_with_nulls_and_json_what_would_not_read_back() ->
     assert state_text([None, float("nan")]) == JSON_WROTE + "[null,NaN]"
     assert state_text((1, None)) == JSON_WROTE + "[1,null]"
     assert read_state(state_text((1, None))) == [1, None]
+
+
+@given(ANY_JSON)
+def test_a_parsed_state_reads_back_as_written(value: Any) -> None:
+    """What :func:`loads` read, written with ``parsed=True``, reads back to the same value,
+    NaN and infinities included (loads notes them, so the state is checked again)."""
+    read = loads(json.dumps(value))
+    text = state_text(read, parsed=True)
+    assert json.dumps(read_state(text)) == json.dumps(value)
+
+
+def test_a_parsed_state_is_not_read_back_until_a_nonfinite_float_is_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``parsed=True`` skips the read-back that tells a NaN from a None, which costs about
+    three times orjson's write, until this process's loads or read_state meets a NaN or an
+    infinity; from then on every state is checked again."""
+    monkeypatch.setattr(json_rows, "_nonfinite_read", False)
+    event = loads('{"id": "c1", "referrer": null, "price": 2.5}')
+    assert not nonfinite_read()
+    computed = {"event": event, "sum": float("inf")}  # not what parsed=True vouches for
+    unchecked = '{"event":{"id":"c1","referrer":null,"price":2.5},"sum":null}'
+    assert state_text(computed, parsed=True) == unchecked  # the NaN check was skipped
+    assert state_text(computed) == JSON_WROTE + json.dumps(computed, separators=(",", ":"))
+    for text in ('{"price": NaN}', "[1, -Infinity]"):
+        monkeypatch.setattr(json_rows, "_nonfinite_read", False)
+        read = loads(text)
+        assert nonfinite_read()
+        assert state_text({"event": read}, parsed=True).startswith(JSON_WROTE)  # checked
+    monkeypatch.setattr(json_rows, "_nonfinite_read", False)
+    read_state(" [1e400]")  # a state json wrote (the mark), beyond a double: infinity
+    assert nonfinite_read()
+    monkeypatch.setattr(json_rows, "_nonfinite_read", False)
+    loads('{"deep": ' + "[" * 500 + "1.0" + "]" * 500 + "}")  # nests deeply, all finite
+    assert not nonfinite_read()

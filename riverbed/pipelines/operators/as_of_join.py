@@ -172,6 +172,7 @@ class AsOfJoin(KeyedOperator):
             state_name="keys",
             resolution_ms=prune_resolution_ms,
             slots=SLOTS_PER_BUCKET,
+            parsed=True,  # events and rows as read, times as integers
         )
         self.id_field, self.ts_field = id_field, ts_field
         self.columns = list(columns)

@@ -142,8 +142,9 @@ class Operator(StatefulProcessor):
 class KeyedOperator(Operator):
     """An operator grouped by a bucket of its key, each key's state kept in
     :class:`~riverbed.pipelines.operators.buckets.KeyedStates` (``self.states``, map state
-    ``state_name``; with ``resolution_ms``, timers per key). :meth:`flush` writes the
-    states; a fired timer calls :meth:`on_due` for each key whose time has come."""
+    ``state_name``; with ``resolution_ms``, timers per key; ``parsed``: its states hold no
+    computed float). :meth:`flush` writes the states; a fired timer calls :meth:`on_due`
+    for each key whose time has come."""
 
     def __init__(
         self,
@@ -152,14 +153,20 @@ class KeyedOperator(Operator):
         state_name: str,
         resolution_ms: int | None = None,
         slots: int = SLOTS,
+        parsed: bool = False,
     ) -> None:
         super().__init__(output_schema=output_schema)
         self._state_name, self._resolution_ms, self._slots = state_name, resolution_ms, slots
+        self._parsed = parsed
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         super().init(handle)
         self.states = KeyedStates(
-            handle, self._state_name, resolution_ms=self._resolution_ms, slots=self._slots
+            handle,
+            self._state_name,
+            resolution_ms=self._resolution_ms,
+            slots=self._slots,
+            parsed=self._parsed,
         )
 
     def on_due(self, name: str, state: Any, watermark_ms: int) -> OutputRows:

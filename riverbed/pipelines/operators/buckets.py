@@ -144,6 +144,9 @@ class KeyedStates:
     would have to check) and, with ``resolution_ms``, ``name_due`` (time → the keys listed
     under it) and the value state ``name_timer`` (the bucket's earliest timer).
 
+    ``parsed``: the operator vouches that every float in its keys' states was read from
+    JSON, none computed (:func:`~riverbed.pipelines.operators.json_rows.state_text`).
+
     Reads go through a cache of the slots; call :meth:`flush` at the end of every
     ``handleInputRows`` and ``handleExpiredTimer``: it writes the slots changed and the
     time → keys lists, and keeps the bucket's timer at the earliest listed time."""
@@ -155,8 +158,10 @@ class KeyedStates:
         *,
         resolution_ms: int | None = None,
         slots: int = SLOTS,
+        parsed: bool = False,
     ) -> None:
         self._handle = handle
+        self._parsed = parsed
         self._slots_state = handle.getMapState(name, "slot INT", "keys STRING")
         self._resolution = resolution_ms
         self._slot_count = slots
@@ -353,7 +358,8 @@ class KeyedStates:
             entries = self._slots.get(slot)  # None: a slot of another layout, moved
             if entries:  # named in place, not copied: the cache is cleared below
                 entries[LAYOUT] = self._slot_count  # type: ignore[assignment]
-                self._slots_state.updateValue((slot,), (state_text(entries),))
+                text = state_text(entries, parsed=self._parsed)
+                self._slots_state.updateValue((slot,), (text,))
             else:
                 self._slots_state.removeKey((slot,))
         if self._write_layout and self._dirty:
