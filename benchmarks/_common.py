@@ -397,10 +397,10 @@ class OperatorRun:
     the timers the batch's watermark has reached, bucket by bucket), and the output rows
     (topic, key, value)."""
 
-    def __init__(self, make: Callable[[], Any], state_name: str) -> None:
+    def __init__(self, make: Callable[[], Any]) -> None:
         from riverbed.testing.memory_states import MemoryHandle
 
-        self.make, self.state_name, self.handle_type = make, state_name, MemoryHandle
+        self.make, self.handle_type = make, MemoryHandle
         self.processors: dict[int, Any] = {}
         self.handles: dict[int, Any] = {}
         self.outputs: list[tuple[str, str, str]] = []
@@ -434,11 +434,12 @@ class OperatorRun:
             self.outputs += frame.itertuples(index=False, name=None)
 
     def state_bytes(self) -> int:
-        """The text of the operator's map state, all buckets."""
+        """The text of the operator's map states, all buckets."""
         return sum(
             len(value[0])
             for handle in self.handles.values()
-            for value in handle.maps[self.state_name].entries.values()
+            for state in handle.maps.values()
+            for value in state.entries.values()
         )
 
 

@@ -153,7 +153,7 @@ def main() -> None:
           f"{len(work)} batches, made in {time.perf_counter() - started:.1f} s")  # fmt: skip
 
     def loaded() -> OperatorRun:
-        run = OperatorRun(join_processor, "keys")
+        run = OperatorRun(join_processor)
         run(preload)
         return run
 

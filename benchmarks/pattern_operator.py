@@ -77,7 +77,7 @@ def batches(payments: list[dict[str, Any]], size: int) -> list[Batch]:
 
 
 def new_run() -> OperatorRun:
-    return OperatorRun(alerts_processor, "matchers")
+    return OperatorRun(alerts_processor)
 
 
 def check(run: OperatorRun, payments: list[dict[str, Any]]) -> str:

@@ -31,6 +31,7 @@ from riverbed.pipelines.operators.as_of_join import (
     EVENT,
     EVENT_ID,
     EVENT_TS,
+    INDEX_ENTRY,
     KEY,
     AsOfJoin,
 )
@@ -241,6 +242,17 @@ def test_a_click_with_a_nan_is_kept_and_corrected_with_it() -> None:
     assert '"score":NaN' in corrected["value"][0]
 
 
+def logged(t: TwsTester, bucket: int) -> dict[str, list[str]]:
+    """The ids of the events a bucket keeps for corrections, by user (every entry of its
+    event log), and the log's index left out."""
+    found: dict[str, list[str]] = defaultdict(list)
+    for (entry,), (text,) in sorted(t.peekMapState("events", bucket).items()):
+        if entry != INDEX_ENTRY:
+            for user, events in json.loads(text).items():
+                found[user] += [event_id for event_id, _, _ in events]
+    return dict(found)
+
+
 def test_retention_forgets_what_the_horizon_passed_and_reports_late_inputs() -> None:
     t = join_tester()
     users = Users()
@@ -248,13 +260,14 @@ def test_retention_forgets_what_the_horizon_passed_and_reports_late_inputs() -> 
     users.transaction(5_000, [("u", "u1", row("ann", "silver"))])
     users.transaction(30_000, [("u", "u1", row("ann", "bronze"))])
     t.testInPandas(BUCKET_U1, batch("u1", clicks=[("c1", 6_000), ("c2", 31_000)], users=users))
-    assert len(kept(t, BUCKET_U1)["u1"][0]["events"]) == 2
-    # At watermark 16_000 the horizon is 6_000: c1 (at 6_000) is kept; at 17_002 it goes.
+    assert logged(t, BUCKET_U1) == {"u1": ["c1", "c2"]}
+    assert "events" not in kept(t, BUCKET_U1)["u1"][0]  # the user's state: versions only
+    # At watermark 16_000 the horizon is 6_000: c1 (at 6_000) is kept for corrections; at
+    # 17_002 it is not, though its entry stays until the horizon passes c2 too.
     assert out(t.setWatermark(16_000)) == []
-    assert len(kept(t, BUCKET_U1)["u1"][0]["events"]) == 2
     t.setWatermark(17_002)
+    assert logged(t, BUCKET_U1) == {"u1": ["c1", "c2"]}
     state, _ = kept(t, BUCKET_U1)["u1"]
-    assert list(state["events"]) == ["c2"]
     assert [v[0] for v in state["versions"]] == [5_000, 30_000]
     assert state["history_from"] == 5_000
     # A click older than the horizon: joined with the history kept (exact at 6_500, not
@@ -269,26 +282,64 @@ def test_retention_forgets_what_the_horizon_passed_and_reports_late_inputs() -> 
     assert got[0][2]["tier"] == "silver" and "may be wrong" not in got[1][2]["reason"]
     assert "ts 6500 is more than 10000 ms behind the watermark 17002" in got[1][2]["reason"]
     assert "the history before 5000 was discarded" in got[3][2]["reason"]
-    assert list(kept(t, BUCKET_U1)["u1"][0]["events"]) == ["c2"]
+    assert logged(t, BUCKET_U1) == {"u1": ["c1", "c2"]}
     # A change older than the horizon, committed after the one at 30000 (the committing
-    # server's clock stepped back): applied, and as the latest change from 6800 on it
-    # corrects c2; reported.
+    # server's clock stepped back): applied, and as the latest change from 5800 on it
+    # corrects c2, not c1 (at 6000, below the horizon: forgotten, its answer final);
+    # reported.
     late = Users(lsn=users.lsn)
-    late.transaction(6_800, [("u", "u1", row("ann", "platinum"))])
+    late.transaction(5_800, [("u", "u1", row("ann", "platinum"))])
     got = out(t.testInPandas(BUCKET_U1, batch("u1", users=late)))
     assert [(topic, c if topic == "out" else None) for topic, c, _ in got] == [
         ("late", None),
         ("out", "c2"),
     ]
-    assert got[0][1]["user_id"] == "u1" and got[0][2]["source_ts_ms"] == 6_800
-    assert "change at 6800 is more than 10000 ms behind" in got[0][2]["reason"]
+    assert got[0][1]["user_id"] == "u1" and got[0][2]["source_ts_ms"] == 5_800
+    assert "change at 5800 is more than 10000 ms behind" in got[0][2]["reason"]
     assert got[1][2]["tier"] == "platinum"
     # Once the horizon passes every click and version but the last (in changelog order):
-    # the current row only.
+    # the current row only, and an empty log (its timer fired).
     t.setWatermark(30_000 + RETENTION + 2_000)
     state, listed = kept(t, BUCKET_U1)["u1"]
-    assert state["events"] == {} and [v[0] for v in state["versions"]] == [6_800]
-    assert state["history_from"] == 6_800 and listed is None  # nothing left to prune
+    assert [v[0] for v in state["versions"]] == [5_800]
+    assert state["history_from"] == 5_800 and listed is None  # nothing left to prune
+    assert t.peekMapState("events", BUCKET_U1) == {}
+
+
+def test_the_events_of_a_user_never_seen_are_forgotten_by_the_logs_own_timer() -> None:
+    """A user without a state (never seen) keeps nothing but its clicks in the log, and no
+    key's timer of the bucket would call the operator again: the log's timer forgets them."""
+    t = join_tester()
+    t.testInPandas(BUCKET_U1, batch("u9", clicks=[("c1", 2_000), ("c2", 2_500)]))
+    assert logged(t, BUCKET_U1) == {"u9": ["c1", "c2"]}
+    assert kept(t, BUCKET_U1) == {}
+    assert out(t.setWatermark(2_500 + RETENTION)) == []
+    assert logged(t, BUCKET_U1) == {"u9": ["c1", "c2"]}  # the horizon is not past c2
+    t.setWatermark(2_500 + RETENTION + 1)
+    assert t.peekMapState("events", BUCKET_U1) == {}
+
+
+def test_a_state_of_layout_2_moves_its_events_to_the_log() -> None:
+    """A checkpoint written before the log kept each user's clicks in the user's state
+    (layout 2): they are moved to the log when the user is next read, and corrected as
+    before."""
+    t = join_tester()
+    users = Users()
+    users.snapshot(1_000, [row("ann", "gold")])
+    t.testInPandas(BUCKET_U1, batch("u1", users=users))
+    (slot, (text,)), *_ = (
+        item for item in t.peekMapState("keys", BUCKET_U1).items() if "u1" in item[1][0]
+    )
+    entries = json.loads(text)
+    click = {"click_id": "c1", "user_id": "u1", "ts": 2_000}
+    entries["u1"][0] |= {"v": 2, "events": {"c1": [2_000, click]}}
+    t.updateMapState("keys", BUCKET_U1, {slot: (json.dumps(entries),)})
+    late = Users(lsn=users.lsn)
+    late.transaction(1_500, [("u", "u1", row("ann", "silver"))])
+    assert answers(t.testInPandas(BUCKET_U1, batch("u1", users=late))) == {"c1": ("ann", "silver")}
+    assert logged(t, BUCKET_U1) == {"u1": ["c1"]}
+    state, _ = kept(t, BUCKET_U1)["u1"]
+    assert state["v"] == 3 and "events" not in state
 
 
 # -- the pipeline in Spark ---------------------------------------------------------------

@@ -29,24 +29,35 @@ events without a table key are emitted with nulls and not kept.
 groups by a hash bucket of the table key (one group per user made PySpark's fixed cost per
 group the bulk of the work), and a key's state is one JSON object in a slot of its bucket:
 
-- ``v``: the layout, 2 (layout 1 ordered versions by change time and had no snapshot
-  flag: a checkpoint written with it needs a fresh start);
+- ``v``: the layout, 3 (layout 2 kept the key's events in it: they are moved to the log
+  below when the key is next read; layout 1 ordered versions by change time and had no
+  snapshot flag: a checkpoint written with it needs a fresh start);
 - ``versions``: the key's :class:`~riverbed.pipelines.operators.versioned_row.VersionedRow`
   (its versions in changelog order, each ``[ts_ms, commit_lsn, lsn, snapshot, row]``) and
   ``history_from`` (after a prune that dropped versions: the time of the first version
-  kept, below which lookups are no longer exact; null if that is a snapshot row);
-- ``events``: id -> (ts, event), the events emitted that a late change may correct.
+  kept, below which lookups are no longer exact; null if that is a snapshot row).
+
+**The events kept for corrections, per bucket** (map state ``events``, :class:`_EventLog`):
+a log of entries, one per call that kept events, each the JSON object ``{table key: [[id,
+ts, event], ...]}``, and an index entry listing each entry with its latest ``ts``. An event
+changes nothing in its key's state, so a micro-batch writes the states of the keys that
+changed and one entry per bucket, not the state of every key with an event (the events
+were most of the state: ``enriched_clicks`` rewrote about 70 MiB a batch). A change reads
+only the entries whose latest event is at or after its time; an event that arrives twice
+is corrected once, as its last copy.
 
 **Retention, and what is late.** Event time (EventTime mode) is the events' ``ts`` and the
 changes' ``source.ts_ms``; the watermark follows both. The *horizon* is the watermark minus
-``retention_ms``. Everything is kept for corrections until the horizon passes its time:
-then, at the key's timer (the earliest time something becomes prunable, rounded up to
-:data:`PRUNE_RESOLUTION_MS`), the events below the horizon are forgotten (their answer is
-final) and so are the versions no lookup at or after it needs
+``retention_ms``. Everything is kept for corrections until the horizon passes its time: an
+event below the horizon is no longer corrected (its answer is final), and a log entry is
+dropped once the horizon has passed all its events (at the bucket's timer, rounded up to
+:data:`PRUNE_RESOLUTION_MS`, or at the bucket's next input after that); at the key's timer
+(the earliest time a version becomes prunable, rounded up likewise) the versions no lookup
+at or after the horizon needs are dropped
 (:meth:`~riverbed.pipelines.operators.versioned_row.VersionedRow.prune`: every version
 before the latest one, in changelog order, valid at the horizon). A key's state shrinks to
-its current row (or its deletion, which hides older late changes) once nothing is left to
-correct. What arrives below the horizon is not silently wrong:
+its current row (or its deletion, which hides older late changes). What arrives below the
+horizon is not silently wrong:
 
 - an event: emitted as usual, joined with the history kept, but not kept for corrections,
   and also written to ``late_topic`` (keyed by its id: the event and the ``reason``). The
@@ -69,8 +80,9 @@ unless the event itself arrives twice).
 **Crash behaviour.** The state and the output rows of a micro-batch are committed together
 (the state store version and the sink's transaction of the batch); after a crash Spark runs
 the batch again from the previous state with the same input and watermark, so it emits the
-same rows. Cost: a batch reads and writes the slots of the keys it brings, each slot the
-state of about a 16,384th of the keys (:data:`SLOTS_PER_BUCKET` slots per bucket).
+same rows. Cost: a batch reads the slots of the keys it brings and writes those of the keys
+whose versions changed, each slot the state of about a 16,384th of the keys
+(:data:`SLOTS_PER_BUCKET` slots per bucket), and one log entry per bucket.
 """
 
 from __future__ import annotations
@@ -82,12 +94,14 @@ from typing import Any
 import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 from pyspark.sql.types import StructType
 
 from riverbed.pipelines.operators.base import OUTPUT_SCHEMA, KeyedOperator, OutputRows, by_bucket
+from riverbed.pipelines.operators.buckets import round_up
 from riverbed.pipelines.operators.changelog import Change, MalformedChange, parse_change
 from riverbed.pipelines.operators.inputs import with_event_time
-from riverbed.pipelines.operators.json_rows import Row, dumps, loads
+from riverbed.pipelines.operators.json_rows import Row, dumps, loads, read_state, state_text
 from riverbed.pipelines.operators.versioned_row import Version, VersionedRow
 
 __all__ = ["AsOfJoin", "as_of_join"]
@@ -103,7 +117,7 @@ KEY, EVENT_ID, EVENT_TS, EVENT, CHANGE_KEY, CHANGE_VALUE = (
     "as_of_change_value",
 )
 _OutRow = tuple[str, str, str | None]
-LAYOUT = 2
+LAYOUT = 3
 """The layout of a key's state (module docstring)."""
 PRUNE_RESOLUTION_MS = 60_000
 """By default, a key's state is pruned at most this much event time after it could be."""
@@ -111,39 +125,137 @@ SLOTS_PER_BUCKET = 256
 """More slots than :data:`~riverbed.pipelines.operators.buckets.SLOTS`: every table key has a state
 (a user's profile versions), so the slots are large, and a small micro-batch should not
 rewrite much more than it changes."""
+EVENTS_STATE = "events"
+"""The map state of a bucket's events kept for corrections (:class:`_EventLog`)."""
+INDEX_ENTRY = -1
+"""The entry of :data:`EVENTS_STATE` that lists the others."""
 
 
 @dataclass(slots=True, kw_only=True)
 class _KeyState:
-    """One table key's state: its versions, ``history_from``, and the events kept for
-    correction (id -> (ts, event))."""
+    """One table key's state: its versions and ``history_from``."""
 
     versions: VersionedRow
     history_from: int | None
-    events: dict[str, tuple[int, Row]]
 
     @classmethod
-    def from_obj(cls, data: Any) -> _KeyState:
+    def from_obj(cls, data: Any) -> tuple[_KeyState, dict[str, tuple[int, Row]] | None]:
+        """The state, and the events a state of layout 2 kept in it (id -> (ts, event); None
+        for a state of this layout or none)."""
         if data is None:
-            return cls(versions=VersionedRow(), history_from=None, events={})
-        if data.get("v") != LAYOUT:
+            return cls(versions=VersionedRow(), history_from=None), None
+        layout = data.get("v", 1)
+        if layout not in (2, LAYOUT):
             raise ValueError(
-                f"an as-of join state of layout {data.get('v', 1)}, not {LAYOUT}: the "
-                "checkpoint was written by an earlier riverbed; start with a new checkpoint"
+                f"an as-of join state of layout {layout}, not {LAYOUT}: the checkpoint was "
+                "written by an earlier riverbed; start with a new checkpoint"
             )
-        return cls(
-            versions=VersionedRow.from_obj(data["versions"]),
-            history_from=data["history_from"],
-            events={i: (int(ts), event) for i, (ts, event) in data["events"].items()},
+        state = cls(
+            versions=VersionedRow.from_obj(data["versions"]), history_from=data["history_from"]
         )
+        if layout == 2:
+            return state, {i: (int(ts), event) for i, (ts, event) in data["events"].items()}
+        return state, None
 
     def to_obj(self) -> dict[str, Any]:
-        return {
-            "v": LAYOUT,
-            "versions": self.versions.to_obj(),
-            "history_from": self.history_from,
-            "events": {i: [ts, event] for i, (ts, event) in self.events.items()},
-        }
+        return {"v": LAYOUT, "versions": self.versions.to_obj(), "history_from": self.history_from}
+
+
+class _EventLog:
+    """A bucket's events kept for corrections (module docstring, "State"): map state
+    :data:`EVENTS_STATE`, entry ``n`` the events one call kept (the JSON object ``{table
+    key: [[id, ts, event], ...]}``), entry :data:`INDEX_ENTRY` the list ``[[n, latest ts],
+    ...]`` of the others. An entry is forgotten once its latest event is below the horizon
+    and its time (:meth:`expiry`) has come; the bucket has a timer at the earliest entry's
+    time. Reads go through a cache; :meth:`flush` at the end of every call."""
+
+    def __init__(
+        self, handle: StatefulProcessorHandle, *, retention_ms: int, resolution_ms: int
+    ) -> None:
+        self._handle = handle
+        self._state = handle.getMapState(EVENTS_STATE, "entry LONG", "events STRING")
+        self._retention_ms, self._resolution_ms = retention_ms, resolution_ms
+        self._reset()
+
+    def _reset(self) -> None:
+        self._index: dict[int, int] | None = None
+        self._entries: dict[int, dict[str, list[Any]]] = {}
+        self._new: dict[str, list[Any]] = {}
+        self._changed = False
+
+    def expiry(self, latest_ms: int) -> int:
+        """When an entry whose latest event is at ``latest_ms`` is forgotten: once the horizon
+        has passed it, rounded up to the resolution."""
+        return round_up(latest_ms + self._retention_ms + 1, self._resolution_ms)
+
+    def _listed(self) -> dict[int, int]:
+        if self._index is None:
+            stored = self._state.getValue((INDEX_ENTRY,))
+            listed = [] if stored is None else read_state(stored[0])
+            self._index = {int(number): int(latest) for number, latest in listed}
+        return self._index
+
+    def _entry(self, number: int) -> dict[str, list[Any]]:
+        entry = self._entries.get(number)
+        if entry is None:
+            stored = self._state.getValue((number,))
+            entry = self._entries[number] = {} if stored is None else read_state(stored[0])
+        return entry
+
+    def add(self, table_key: str, event_id: str, ts: int, event: Row) -> None:
+        self._new.setdefault(table_key, []).append([event_id, ts, event])
+
+    def events_of(self, table_key: str, since_ms: int) -> list[tuple[str, int, Row]]:
+        """The key's events kept at or after ``since_ms`` (id, ts, event), the last to
+        arrive of each id. Only the entries whose latest event is at or after ``since_ms``
+        are read."""
+        found: dict[str, tuple[str, int, Row]] = {}
+        for number, latest in sorted(self._listed().items()):
+            if latest >= since_ms:
+                for event_id, ts, event in self._entry(number).get(table_key, ()):
+                    found[event_id] = (event_id, ts, event)
+        for event_id, ts, event in self._new.get(table_key, ()):
+            found[event_id] = (event_id, ts, event)
+        return [event for event in found.values() if event[1] >= since_ms]
+
+    def prune(self, watermark_ms: int) -> None:
+        """Forget the entries whose time has come."""
+        listed = self._listed()
+        for number in [n for n, latest in listed.items() if self.expiry(latest) <= watermark_ms]:
+            del listed[number]
+            self._entries.pop(number, None)
+            self._state.removeKey((number,))
+            self._changed = True
+
+    def flush(self, watermark_ms: int, *, after_input: bool) -> None:
+        """Write the events added as a new entry and the index, and keep the bucket's timer
+        at the earliest entry's time. After the input (Spark fires the timers the watermark
+        has reached after it), a timer at or below the watermark is one of this log's whose
+        entries were just forgotten (those of the keys' states are gone:
+        :meth:`~riverbed.pipelines.operators.buckets.KeyedStates.due_now`): deleted, so
+        that it does not fire for nothing."""
+        if self._new:
+            listed = self._listed()
+            number = max(listed, default=0) + 1
+            self._state.updateValue((number,), (state_text(self._new, parsed=True),))
+            listed[number] = max(ts for events in self._new.values() for _, ts, _ in events)
+            self._changed = True
+        if self._changed:
+            listed = self._listed()
+            if listed:
+                index = [[number, latest] for number, latest in sorted(listed.items())]
+                self._state.updateValue((INDEX_ENTRY,), (state_text(index),))
+            else:
+                self._state.removeKey((INDEX_ENTRY,))
+            registered = {int(at) for at in self._handle.listTimers()}
+            if after_input:
+                for at in sorted(at for at in registered if at <= watermark_ms):
+                    self._handle.deleteTimer(at)
+            if listed:
+                earliest = self.expiry(min(listed.values()))
+                if earliest not in registered:  # after prune, later than the watermark
+                    self._handle.registerTimer(earliest)
+        self._reset()
 
 
 class AsOfJoin(KeyedOperator):
@@ -181,8 +293,16 @@ class AsOfJoin(KeyedOperator):
 
     # -- the hooks (riverbed.pipelines.operators.base) ------------------------------------
 
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        super().init(handle)
+        self.log = _EventLog(
+            handle, retention_ms=self.retention_ms, resolution_ms=self.prune_resolution_ms
+        )
+        self._watermark_ms, self._after_input = 0, False
+
     def on_input(self, key: Any, batch: pd.DataFrame, watermark_ms: int) -> OutputRows:
         horizon = watermark_ms - self.retention_ms
+        self._begin(watermark_ms, after_input=True)
         out: OutputRows = []
         by_key = _by_key(batch, self.columns)
         self.states.expect(len(by_key))
@@ -190,24 +310,29 @@ class AsOfJoin(KeyedOperator):
             if table_key is None:  # no table key: nothing to join with, nothing to correct
                 out += [self._joined(event, None) for _, _, event in events]
                 continue
-            state = _KeyState.from_obj(self.states.get(table_key))
+            state, moved = self._load(table_key, self.states.get(table_key), horizon)
             if changes:
                 fresh = {event_id for event_id, _, _ in events}
-                out += self._apply(state, changes, fresh, watermark_ms, horizon)
+                out += self._apply(table_key, state, changes, fresh, watermark_ms, horizon)
             for event_id, ts, event in events:
                 out.append(self._joined(event, state.versions.as_of(ts)))
                 if ts < horizon:
                     out.append(self._late_event(event, ts, state, watermark_ms))
                 else:
-                    state.events[event_id] = (ts, event)
-            self._save(table_key, state, watermark_ms)
+                    self.log.add(table_key, event_id, ts, event)
+            if changes or moved:  # an event alone changes nothing in the key's state
+                self._save(table_key, state, watermark_ms)
         return out
 
+    def on_timer(self, key: Any, watermark_ms: int, expiry_ms: int) -> OutputRows:
+        self._begin(watermark_ms, after_input=False)
+        return super().on_timer(key, watermark_ms, expiry_ms)
+
     def on_due(self, name: str, state: Any, watermark_ms: int) -> OutputRows:
-        """Forget what the horizon has passed, and list the key for what comes next."""
+        """Forget the versions the horizon has passed, and list the key for what comes
+        next."""
         horizon = watermark_ms - self.retention_ms
-        key_state = _KeyState.from_obj(state)
-        key_state.events = {i: e for i, e in key_state.events.items() if e[0] >= horizon}
+        key_state, _ = self._load(name, state, horizon)
         before = len(key_state.versions)
         key_state.versions.prune(horizon)
         if len(key_state.versions) < before:
@@ -216,20 +341,45 @@ class AsOfJoin(KeyedOperator):
         self._save(name, key_state, watermark_ms)
         return []  # forgetting writes nothing
 
+    def flush(self) -> None:
+        super().flush()
+        self.log.flush(self._watermark_ms, after_input=self._after_input)
+
+    def _begin(self, watermark_ms: int, *, after_input: bool) -> None:
+        """At the start of a call: forget the events whose time has come."""
+        self._watermark_ms, self._after_input = watermark_ms, after_input
+        self.log.prune(watermark_ms)
+
+    def _load(self, table_key: str, data: Any, horizon: int) -> tuple[_KeyState, bool]:
+        """The key's state from its JSON; the events a state of layout 2 kept in it are
+        moved to the log (those at or after the horizon). True: it was of layout 2, and
+        must be written again."""
+        state, events = _KeyState.from_obj(data)
+        if events is None:
+            return state, False
+        for event_id, (ts, event) in events.items():
+            if ts >= horizon:
+                self.log.add(table_key, event_id, ts, event)
+        return state, True
+
     # -- the join ------------------------------------------------------------------------
 
     def _apply(
         self,
+        table_key: str,
         state: _KeyState,
         changes: list[tuple[Change, Version]],
         fresh: set[str],
         watermark: int,
         horizon: int,
     ) -> OutputRows:
-        """Add a batch's versions; the corrected events and the late changes' reports."""
+        """Add a batch's versions; the corrected events and the late changes' reports. The
+        events a change may correct are those kept (at or after the horizon) from its
+        time on: the log reads only the entries that reach that time."""
+        since = max(horizon, min(version.valid_from_ms for _, version in changes))
         kept = [
             (event_id, ts, event)
-            for event_id, (ts, event) in state.events.items()
+            for event_id, ts, event in self.log.events_of(table_key, since)
             if event_id not in fresh  # joined again below anyway
         ]
         lookups = [(event_id, ts) for event_id, ts, _ in kept]
@@ -283,18 +433,15 @@ class AsOfJoin(KeyedOperator):
     # -- state ---------------------------------------------------------------------------
 
     def _save(self, table_key: str, state: _KeyState, watermark: int) -> None:
-        """Store the key's state, due at the earliest time the horizon passes something:
-        an event kept, or the time from which a version is no longer needed
+        """Store the key's state, due when the horizon passes the time from which a version
+        is no longer needed
         (:meth:`~riverbed.pipelines.operators.versioned_row.VersionedRow.next_prune_ms`);
         not before the next watermark (a late change can make a version prunable
         already)."""
-        times = [ts for ts, _ in state.events.values()]
         prune_ms = state.versions.next_prune_ms()
-        if prune_ms is not None:
-            times.append(prune_ms)
         due = None
-        if times:
-            due = max(min(times) + self.retention_ms + 1, watermark + 1)  # horizon past it
+        if prune_ms is not None:
+            due = max(prune_ms + self.retention_ms + 1, watermark + 1)  # horizon past it
         self.states.put(table_key, state.to_obj(), due_ms=due)
 
 
