@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -435,12 +435,45 @@ class OperatorRun:
 
     def state_bytes(self) -> int:
         """The text of the operator's map states, all buckets."""
-        return sum(
-            len(value[0])
-            for handle in self.handles.values()
-            for state in handle.maps.values()
-            for value in state.entries.values()
-        )
+        return map_state_bytes(self.handles.values())
+
+
+def map_state_bytes(handles: Iterable[Any]) -> int:
+    """The text of the map states of in-memory handles (``riverbed.testing.memory_states``)."""
+    return sum(
+        len(value[0])
+        for handle in handles
+        for state in handle.maps.values()
+        for value in state.entries.values()
+    )
+
+
+def measure_operator(
+    args: argparse.Namespace,
+    new_run: Callable[[], OperatorRun],
+    work: Sequence[tuple[int, dict[int, Any]]],
+    count: int,
+    unit: str,
+    check: Callable[[OperatorRun], str],
+) -> None:
+    """An operator benchmark's measurement (``args`` from :func:`operator_arguments`): one
+    run of ``work`` under cProfile with ``--profile``, else ``--repeat`` runs on fresh
+    states from ``new_run``, each printed with its CPU µs per input ``unit`` (``count`` of
+    them), the state's text at the end and ``check``'s verdict, then the spread."""
+    if args.profile:
+        run = new_run()
+        print_profile(lambda: run(work))
+        return
+    figures = []
+    for i in range(args.repeat):
+        run = new_run()
+        cpu = time.process_time()
+        run(work)
+        per_unit = (time.process_time() - cpu) / count * 1e6
+        figures.append(per_unit)
+        print(f"run {i + 1}: {per_unit:.1f} CPU-µs a {unit}, state at the end "
+              f"{run.state_bytes() / 2**20:.1f} MiB, {check(run)}")  # fmt: skip
+    print_spread(figures, f"CPU-µs a {unit}")
 
 
 def print_spread(figures: Sequence[float], unit: str) -> None:

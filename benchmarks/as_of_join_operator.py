@@ -39,7 +39,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import OperatorRun, operator_arguments, print_profile, print_spread
+from _common import OperatorRun, measure_operator, operator_arguments
 from pipelines_joins import SHOP, EnrichedClicksInputs, Output, Record, generate
 
 from riverbed.pipelines.operators.as_of_join import (
@@ -153,24 +153,14 @@ def main() -> None:
           f"{len(work)} batches, made in {time.perf_counter() - started:.1f} s")  # fmt: skip
 
     def loaded() -> OperatorRun:
+        """A run with the snapshot read (not timed)."""
         run = OperatorRun(join_processor)
         run(preload)
         return run
 
-    if args.profile:
-        run = loaded()
-        print_profile(lambda: run(work))
-        return
-    figures = []
-    for i in range(args.repeat):
-        run = loaded()
-        cpu = time.process_time()
-        run(work)
-        per_record = (time.process_time() - cpu) / len(inputs.records) * 1e6
-        figures.append(per_record)
-        print(f"run {i + 1}: {per_record:.1f} CPU-µs a record, state at the end "
-              f"{run.state_bytes() / 2**20:.1f} MiB, {check(run, inputs)}")  # fmt: skip
-    print_spread(figures, "CPU-µs a record")
+    measure_operator(
+        args, loaded, work, len(inputs.records), "record", lambda run: check(run, inputs)
+    )
 
 
 if __name__ == "__main__":

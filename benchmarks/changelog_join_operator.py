@@ -35,7 +35,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import operator_arguments, print_profile, print_spread
+from _common import map_state_bytes, operator_arguments, print_profile, print_spread
 from pipelines_joins import SHOP, CategorySalesInputs, Record, generate
 
 from riverbed.pipelines.operators.buckets import BUCKETS
@@ -103,12 +103,7 @@ class Stage:
         return out
 
     def state_bytes(self) -> int:
-        return sum(
-            len(value[0])
-            for handle in self.handles.values()
-            for state in handle.maps.values()
-            for value in state.entries.values()
-        )
+        return map_state_bytes(self.handles.values())
 
 
 class Run:

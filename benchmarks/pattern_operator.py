@@ -38,7 +38,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import OperatorRun, operator_arguments, print_profile, print_spread
+from _common import OperatorRun, measure_operator, operator_arguments
 from pipelines_joins import SHOP, FraudAlertsInputs, generate
 
 from riverbed.pipelines.operators.buckets import BUCKETS
@@ -119,19 +119,9 @@ def main() -> None:
     work = batches(payments, args.batch)
     print(f"{len(payments):,} payments in {len(work)} batches, made in "
           f"{time.perf_counter() - started:.1f} s")  # fmt: skip
-    if args.profile:
-        print_profile(lambda: new_run()(work))
-        return
-    figures = []
-    for i in range(args.repeat):
-        run = new_run()
-        cpu = time.process_time()
-        run(work)
-        per_payment = (time.process_time() - cpu) / len(payments) * 1e6
-        figures.append(per_payment)
-        print(f"run {i + 1}: {per_payment:.1f} CPU-µs a payment, state at the end "
-              f"{run.state_bytes() / 2**20:.1f} MiB, {check(run, payments)}")  # fmt: skip
-    print_spread(figures, "CPU-µs a payment")
+    measure_operator(
+        args, new_run, work, len(payments), "payment", lambda run: check(run, payments)
+    )
 
 
 if __name__ == "__main__":
