@@ -190,6 +190,13 @@ def main() -> None:
         f"{k} {statistics.median(b['durationMs'].get(k, 0) for b in warm):,.0f}" for k in keys
     )
     print(f"  micro-batches ({len(warm)}, the first tenth left out), median: {parts}", flush=True)
+    operators = [b["stateOperators"][0] for b in warm if b.get("stateOperators")]
+    fields = ("allUpdatesTimeMs", "allRemovalsTimeMs", "commitTimeMs", "numRowsUpdated")
+    state = ", ".join(
+        f"{f} {statistics.median(o.get(f, 0) for o in operators):,.0f}" for f in fields
+    )
+    rows = statistics.median(b.get("numInputRows", 0) for b in warm)
+    print(f"  the same, input rows {rows:,.0f}; the stateful operator: {state}", flush=True)
 
 
 if __name__ == "__main__":

@@ -226,6 +226,34 @@ def test_processor_lists_each_card_once_and_sends_late_payments_aside() -> None:
     assert listed() is None and timers() == set()
 
 
+def test_a_card_holds_its_payments_as_rows_without_the_card_and_reads_older_objects() -> None:
+    """The card's state holds each payment as a row of the fields the pattern and the alert
+    read, without the card (every payment of the card has it; the alert gets it back); a
+    state written before rows (version 3: objects with the card) is read, and its early
+    alert stands as written."""
+    tester = TwsTester(
+        alerts_processor(), timeMode="EventTime", eventTimeExtractor=lambda _: NEVER_LATE
+    )
+    sequence = [pay(f"d{i}", D, BASE + i * MINUTE) for i in range(3)] + [
+        pay("a", A, BASE + 3 * MINUTE)
+    ]
+    alert = {"card_id": "c1", "payment_id": "a"}
+    value = {**alert, "declined_count": 3, "first_declined_ts": BASE}
+    expected = [("fraud_alerts", alert, {**value, "approved_ts": sequence[3]["ts"]})]
+    assert records(tester.testInPandas(BUCKET_OF_C1, rows(*sequence))) == expected
+    peeked = tester.peekMapState("matchers", BUCKET_OF_C1)
+    (slot,) = [key for key, (text,) in peeked.items() if '"\\"c1\\""' in text]
+    entries = json.loads(peeked[slot][0])
+    state = entries['"c1"'][0]
+    held = [[p["payment_id"], p["status"], p["ts"]] for p in sequence]
+    assert state == [4, 0, held, 0, [], [[held[:3], held[3:]]]]  # the watermark 0
+    objects = [{f: p[f] for f in ("card_id", "payment_id", "status", "ts")} for p in sequence]
+    entries['"c1"'][0] = [3, 0, objects, 0, [], [[objects[:3], objects[3:]]]]
+    tester.updateMapState("matchers", BUCKET_OF_C1, {slot: (json.dumps(entries),)})
+    assert records(tester.setWatermark(BASE + 3 * MINUTE + TIMER_RESOLUTION_MS)) == []
+    assert slot_entries(tester.peekMapState("matchers", BUCKET_OF_C1)) == {}  # nothing held
+
+
 # -- the pipeline -------------------------------------------------------------------------
 
 

@@ -19,8 +19,10 @@ been matched): it goes to the late topic, keyed by ``late_key_fields``, with a `
 (:func:`late_reason`); never matched, never silently dropped.
 
 **State.** Per key, :meth:`OrderedMatcher.to_obj` (the held events, the watermark, the
-matcher's partial matches), kept by :class:`riverbed.pipelines.operators.buckets.KeyedStates`
-in the map state ``matchers``: the
+matcher's partial matches; given ``held_fields``, each event as a row of them without the
+key field, which every event of the key has and which is put back in a match's events
+before ``result`` reads them), kept by
+:class:`riverbed.pipelines.operators.buckets.KeyedStates` in the map state ``matchers``: the
 operator groups by a hash bucket of the key (one group per key made PySpark's fixed cost
 per group the bulk of the work). A key's state is removed when nothing is held: the next
 event of the key is then at or above the watermark, so a fresh matcher behaves as the old
@@ -117,6 +119,11 @@ class PatternMatches(KeyedOperator):
         self.topic, self.result = topic, result
         self.late_topic, self.late_key_fields = late_topic, list(late_key_fields)
         self.held_fields = None if held_fields is None else tuple(held_fields)
+        self._held = self.held_fields
+        """What the key's state holds of an event: ``held_fields`` but the key field, which
+        every event of the key has (put back before ``result``, :meth:`_keyed`)."""
+        if self._held is not None and key_field not in ("ts", tiebreak_field):
+            self._held = tuple(f for f in self._held if f != key_field)
         self.early = early
 
     def on_input(self, key: Any, batch: pd.DataFrame, watermark_ms: int) -> OutputRows:
@@ -140,14 +147,14 @@ class PatternMatches(KeyedOperator):
         rows."""
         if stored is None:
             ordered = OrderedMatcher(
-                self.pattern, tiebreak_field=self.tiebreak_field, held_fields=self.held_fields
+                self.pattern, tiebreak_field=self.tiebreak_field, held_fields=self._held
             )
         else:
             ordered = OrderedMatcher.from_obj(
                 stored,
                 pattern=self.pattern,
                 tiebreak_field=self.tiebreak_field,
-                held_fields=self.held_fields,
+                held_fields=self._held,
             )
         matched = ordered.advance(events, watermark_ms=watermark_ms, early=self.early)
         after = ordered.next_timer_ms()
@@ -160,8 +167,9 @@ class PatternMatches(KeyedOperator):
         # tombstone.
         out: OutputRows = []
         if matched.matches or matched.early or matched.withdrawn:
-            was = {dumps(k): dumps(v) for k, v in map(self.result, matched.withdrawn)}
-            now = {dumps(k): dumps(v) for k, v in map(self.result, matched.matches + matched.early)}
+            result = self._keyed(name)
+            was = {dumps(k): dumps(v) for k, v in map(result, matched.withdrawn)}
+            now = {dumps(k): dumps(v) for k, v in map(result, matched.matches + matched.early)}
             out += [(self.topic, key, None) for key in was if key not in now]
             out += [(self.topic, key, value) for key, value in now.items() if was.get(key) != value]
         reached = ordered.buffer.watermark_ms  # what the late events were compared with
@@ -171,6 +179,23 @@ class PatternMatches(KeyedOperator):
             value = {**event, "reason": late_reason(event["ts"], reached)}
             out.append((self.late_topic, dumps(late_key), dumps(value)))
         return out
+
+    def _keyed(self, name: str) -> Result:
+        """``result`` of a match of the key ``name`` (its JSON text), given the match's
+        events with the key field put back when the state does not hold it."""
+        fields = self.held_fields
+        if fields is None or self._held == fields:
+            return self.result
+        field, key = self.key_field, loads(name)
+
+        def result(match: Match) -> tuple[dict[str, Any], dict[str, Any]]:
+            keyed = {
+                step: [{f: key if f == field else e[f] for f in fields} for e in events]
+                for step, events in match.items()
+            }
+            return self.result(keyed)
+
+        return result
 
 
 def match_pattern(
