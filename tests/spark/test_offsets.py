@@ -10,9 +10,12 @@ from hypothesis import strategies as st
 
 from riverbed.spark.source.admission import TriggerDelay, backlog, rate_limit
 from riverbed.spark.source.offsets import (
+    SMALL_BATCH_RECORDS,
+    SMALL_BATCH_TASKS,
     OffsetRange,
     offsets_from_json,
     offsets_to_json,
+    pack_ranges,
     parse_offsets_option,
     split_ranges,
 )
@@ -92,6 +95,27 @@ def test_split_ranges_cover_exactly_the_same_offsets(
     assert all(p.size > 0 for p in pieces)
     if max_records is not None:
         assert all(p.size <= max_records for p in pieces)
+
+
+def test_a_small_batch_is_packed_into_two_tasks_and_a_large_one_is_not() -> None:
+    small = [r(0, 100, 0), r(0, 4_000, 1), r(0, 10, 2), r(0, 3_000, 3)]
+    assert pack_ranges(small) == [(r(0, 4_000, 1),), (r(0, 100, 0), r(0, 10, 2), r(0, 3_000, 3))]
+    large = [r(0, 5_000, 0), r(0, 5_001, 1), r(0, 1, 2)]
+    assert pack_ranges(large) == [(x,) for x in large]
+    assert pack_ranges(small[:2]) == [(small[0],), (small[1],)]
+    assert pack_ranges([]) == []
+
+
+@given(st.lists(st.integers(1, 6_000), max_size=8))
+def test_packed_tasks_hold_every_range_once(sizes: list[int]) -> None:
+    ranges = [r(0, size, i) for i, size in enumerate(sizes)]
+    tasks = pack_ranges(ranges)
+    assert sorted(x.partition for task in tasks for x in task) == list(range(len(sizes)))
+    assert all(task for task in tasks)
+    if sum(sizes) <= SMALL_BATCH_RECORDS:
+        assert len(tasks) == min(len(sizes), SMALL_BATCH_TASKS)
+    else:
+        assert len(tasks) == len(sizes)
 
 
 def test_rate_limit_is_proportional_to_backlog() -> None:

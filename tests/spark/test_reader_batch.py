@@ -83,6 +83,18 @@ def test_min_partitions_splits_ranges_without_changing_rows(
     assert offsets == [(p, o) for p in range(2) for o in range(500)]
 
 
+def test_a_small_read_of_four_partitions_takes_two_tasks_and_every_row(
+    spark: SparkSession, broker: Broker
+) -> None:
+    create_topic(broker.bootstrap_servers, "packed", partitions=4)
+    produce(broker.bootstrap_servers, "packed", records(400, partitions=4))
+
+    df = read(spark, broker.bootstrap_servers, subscribe="packed")
+    assert df.rdd.getNumPartitions() == 2
+    offsets = sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
+    assert offsets == [(p, o) for p in range(4) for o in range(100)]
+
+
 def test_headers(spark: SparkSession, broker: Broker) -> None:
     create_topic(broker.bootstrap_servers, "with-headers", partitions=1)
     produce(

@@ -11,7 +11,8 @@ order (as Spark's ``JsonUtils``), keys as strings. The same format, with -2 mean
 and -1 latest, is the ``startingOffsets``/``endingOffsets`` option.
 
 :func:`split_ranges` is Spark's ``KafkaOffsetRangeCalculator``: one range per partition,
-divided further for ``maxRecordsPerPartition`` and ``minPartitions``.
+divided further for ``maxRecordsPerPartition`` and ``minPartitions``. :func:`pack_ranges`
+puts the ranges of a small micro-batch in fewer tasks.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = [
     "Partition",
     "offsets_from_json",
     "offsets_to_json",
+    "pack_ranges",
     "parse_offsets_option",
     "split_ranges",
 ]
@@ -143,3 +145,28 @@ def split_ranges(
     ideal = sum(r.size for r in kept) / min_partitions
     # Java's Math.round: half up.
     return [piece for r in kept for piece in _divide(r, max(int(r.size / ideal + 0.5), 1))]
+
+
+SMALL_BATCH_RECORDS = 10_000
+"""A micro-batch of at most this many records in all is read in at most
+:data:`SMALL_BATCH_TASKS` tasks (:func:`pack_ranges`)."""
+SMALL_BATCH_TASKS = 2
+"""The tasks of a small micro-batch: a task costs Spark and its Python worker tens of
+milliseconds whatever it reads, so a few hundred records of 4 partitions on 2 cores took two
+waves of tasks, each mostly that cost (BENCHMARKS.md)."""
+
+
+def pack_ranges(ranges: list[OffsetRange]) -> list[tuple[OffsetRange, ...]]:
+    """The ranges of one read as the tasks that read them: one range a task, but when they
+    hold at most :data:`SMALL_BATCH_RECORDS` records in all, at most
+    :data:`SMALL_BATCH_TASKS` tasks, each range whole in one of them, the largest first to
+    the task with the fewest records (each task's ranges in their order here)."""
+    if len(ranges) <= SMALL_BATCH_TASKS or sum(r.size for r in ranges) > SMALL_BATCH_RECORDS:
+        return [(r,) for r in ranges]
+    tasks: list[list[int]] = [[] for _ in range(SMALL_BATCH_TASKS)]
+    sizes = [0] * SMALL_BATCH_TASKS
+    for i in sorted(range(len(ranges)), key=lambda i: -ranges[i].size):
+        lightest = sizes.index(min(sizes))
+        tasks[lightest].append(i)
+        sizes[lightest] += ranges[i].size
+    return [tuple(ranges[i] for i in sorted(task)) for task in tasks]

@@ -25,7 +25,10 @@ Where to read:
 How much per micro-batch: ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` with
 ``maxTriggerDelay`` (default ``15m``), see :mod:`riverbed.spark.source.admission`;
 ``minPartitions`` and ``maxRecordsPerPartition`` split large offset ranges into more Spark
-tasks.
+tasks. Without either, a task reads one partition's range, as Spark's Kafka source does,
+but a micro-batch of at most 10,000 records in all is read in at most two tasks
+(:func:`~riverbed.spark.source.offsets.pack_ranges`): a task has a fixed cost of tens of
+milliseconds, most of a small batch's read.
 
 Other: ``failOnDataLoss`` (default ``true``), ``includeHeaders`` (default ``false``),
 ``groupIdPrefix``, ``kafkaConsumer.pollTimeoutMs`` (default 120000: how long a task waits

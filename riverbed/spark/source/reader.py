@@ -25,6 +25,7 @@ are read from offset 0; if they no longer start at 0 that is data loss, as in Sp
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -50,6 +51,7 @@ from riverbed.spark.source.offsets import (
     OffsetRange,
     offsets_from_json,
     offsets_to_json,
+    pack_ranges,
     split_ranges,
 )
 from riverbed.spark.source.options import SourceOptions, parse_source_options
@@ -63,9 +65,11 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class OffsetRangePartition(InputPartition):
-    """One Spark task: an offset range of one partition and how to read it (pickled)."""
+    """One Spark task: offset ranges, read one after the other (one unless the micro-batch
+    is small: :func:`~riverbed.spark.source.offsets.pack_ranges`), and how to read them
+    (pickled)."""
 
-    range: OffsetRange
+    ranges: tuple[OffsetRange, ...]
     config: ReadConfig
 
 
@@ -87,13 +91,16 @@ def _input_partitions(
         min_partitions=options.min_partitions,
         max_records_per_partition=options.max_records_per_partition,
     )
-    return [OffsetRangePartition(r, config) for r in split]
+    if options.min_partitions is None and options.max_records_per_partition is None:
+        return [OffsetRangePartition(task, config) for task in pack_ranges(split)]
+    return [OffsetRangePartition((r,), config) for r in split]  # as many tasks as asked for
 
 
 def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     freeze_survivors()
     if isinstance(partition, OffsetRangePartition):
-        return read_range(partition.range, partition.config)
+        config = partition.config
+        return itertools.chain.from_iterable(read_range(r, config) for r in partition.ranges)
     if type(partition) is InputPartition and partition.value is None:
         return iter(())  # Spark's stand-in when partitions() returned none
     raise TypeError(f"not a riverbed input partition: {partition!r}")
