@@ -563,11 +563,8 @@ def _difference(ours: Sequence[Match], theirs: Sequence[Match]) -> list[Match]:
     return out
 
 
-def _row_of(fields: Sequence[str] | None) -> Callable[[Event], Any] | None:
-    """A function giving an event's row of ``fields`` as a tuple (``None`` without them: the
-    events are held whole, as objects)."""
-    if fields is None:
-        return None
+def _row_of(fields: Sequence[str]) -> Callable[[Event], tuple[Any, ...]]:
+    """A function giving an event's row of ``fields`` as a tuple."""
     if len(fields) == 1:
         (name,) = fields
         return lambda event: (event[name],)
@@ -618,7 +615,6 @@ class OrderedMatcher:
         self.early: list[Match] = []
         """The early matches given and not settled, in event-time order of their last
         events, all of which are held in the buffer."""
-        self._row = _row_of(held_fields)
 
     def advance(
         self, events: Iterable[Mapping[str, Any]], *, watermark_ms: int, early: bool = False
@@ -682,8 +678,7 @@ class OrderedMatcher:
         """The state as JSON-able data; :meth:`to_state` is its JSON text."""
         buffer, matcher = self.buffer, self.matcher
         steps = matcher._shape.names
-        row = self._row  # a tuple: a list made of it is what a state read back holds
-        if row is None:
+        if buffer.held_fields is None:
             return [
                 ORDERED_STATE_VERSION,
                 buffer.watermark_ms,
@@ -692,6 +687,7 @@ class OrderedMatcher:
                 [event for event, _ in matcher._held],
                 [[match[name] for name in steps] for match in self.early],
             ]
+        row = _row_of(buffer.held_fields)  # a tuple: as a list, what a state read back holds
         return [
             ROWS_STATE_VERSION,
             buffer.watermark_ms,
@@ -743,7 +739,6 @@ class OrderedMatcher:
                              f"{WITHOUT_EARLY_VERSION} or {STATE_VERSION}: "
                              f"{str(value)[:100]!r}")  # fmt: skip
         ordered = cls.__new__(cls)
-        ordered._row = _row_of(held_fields)
         ordered.buffer = EventTimeBuffer._load(watermark_ms, buffered, tiebreak_field, held_fields)
         ordered.matcher = Matcher._load(frontier_ms, matching, pattern)
         ordered.early = [dict(zip(pattern.shape.names, match, strict=True)) for match in early]
