@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
     from riverbed.pipelines.pipeline import Pipeline
+    from riverbed.testing.memory_states import OperatorRun
 
 PARTITIONS = 4
 MESSAGE_BYTES = 100
@@ -390,64 +391,6 @@ def operator_arguments(doc: str, unit: str, *, cache: bool) -> argparse.Namespac
     return parser.parse_args()
 
 
-class OperatorRun:
-    """One run of a keyed operator over micro-batches without Spark (the operator
-    benchmarks): a processor made by ``make`` and an in-memory state per bucket, as each
-    Python worker would have them, called as Spark calls them (each bucket's input, then
-    the timers the batch's watermark has reached, bucket by bucket), and the output rows
-    (topic, key, value)."""
-
-    def __init__(self, make: Callable[[], Any]) -> None:
-        from riverbed.testing.memory_states import MemoryHandle
-
-        self.make, self.handle_type = make, MemoryHandle
-        self.processors: dict[int, Any] = {}
-        self.handles: dict[int, Any] = {}
-        self.outputs: list[tuple[str, str, str]] = []
-
-    def processor(self, bucket: int) -> Any:
-        if bucket not in self.processors:
-            processor, handle = self.make(), self.handle_type()
-            processor.init(handle)
-            self.processors[bucket], self.handles[bucket] = processor, handle
-        return self.processors[bucket]
-
-    def __call__(self, work: Sequence[tuple[int, dict[int, Any]]]) -> None:
-        """Run ``work``: per micro-batch, its watermark and each bucket's input frame."""
-        from riverbed.testing.memory_states import Watermark
-
-        for watermark, frames in work:
-            for bucket, frame in frames.items():
-                calls = self.processor(bucket).handleInputRows(
-                    (bucket,), iter([frame]), Watermark(watermark)
-                )
-                self._collect(calls)
-            for bucket, handle in self.handles.items():
-                for at in handle.fire(watermark):
-                    calls = self.processors[bucket].handleExpiredTimer(
-                        (bucket,), Watermark(watermark), Watermark(watermark, at)
-                    )
-                    self._collect(calls)
-
-    def _collect(self, frames: Any) -> None:
-        for frame in frames:
-            self.outputs += frame.itertuples(index=False, name=None)
-
-    def state_bytes(self) -> int:
-        """The text of the operator's map states, all buckets."""
-        return map_state_bytes(self.handles.values())
-
-
-def map_state_bytes(handles: Iterable[Any]) -> int:
-    """The text of the map states of in-memory handles (``riverbed.testing.memory_states``)."""
-    return sum(
-        len(value[0])
-        for handle in handles
-        for state in handle.maps.values()
-        for value in state.entries.values()
-    )
-
-
 def measure_operator(
     args: argparse.Namespace,
     new_run: Callable[[], OperatorRun],
@@ -471,8 +414,10 @@ def measure_operator(
         run(work)
         per_unit = (time.process_time() - cpu) / count * 1e6
         figures.append(per_unit)
+        read, written = (chars / count for chars in run.state_traffic())
         print(f"run {i + 1}: {per_unit:.1f} CPU-µs a {unit}, state at the end "
-              f"{run.state_bytes() / 2**20:.1f} MiB, {check(run)}")  # fmt: skip
+              f"{run.state_bytes() / 2**20:.1f} MiB, state read / written {read:,.0f} / "
+              f"{written:,.0f} bytes a {unit}, {check(run)}")  # fmt: skip
     print_spread(figures, f"CPU-µs a {unit}")
 
 

@@ -39,7 +39,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import OperatorRun, measure_operator, operator_arguments
+from _common import measure_operator, operator_arguments
 from pipelines_joins import SHOP, EnrichedClicksInputs, Output, Record, generate
 
 from riverbed.pipelines.operators.as_of_join import (
@@ -53,6 +53,7 @@ from riverbed.pipelines.operators.as_of_join import (
 from riverbed.pipelines.operators.buckets import BUCKETS
 from riverbed.pipelines.shop.contract import CLICK, WATERMARK_DELAY
 from riverbed.pipelines.shop.enriched_clicks import CLICKS_TOPIC, join_processor
+from riverbed.testing.memory_states import OperatorRun
 
 COLUMNS = [KEY, EVENT_ID, EVENT_TS, EVENT, CHANGE_KEY, CHANGE_VALUE]
 Batch = tuple[int, dict[int, pd.DataFrame]]

@@ -35,13 +35,13 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import map_state_bytes, operator_arguments, print_profile, print_spread
+from _common import operator_arguments, print_profile, print_spread
 from pipelines_joins import SHOP, CategorySalesInputs, Record, generate
 
 from riverbed.pipelines.operators.buckets import BUCKETS
 from riverbed.pipelines.operators.changelog_join import GroupStage, JoinKeyStage, RouteLeftRows
 from riverbed.pipelines.shop.category_sales import CATEGORY_SALES, ORDERS, TOPIC
-from riverbed.testing.memory_states import MemoryHandle, Watermark
+from riverbed.testing.memory_states import MemoryHandle, Watermark, map_state_bytes
 
 PARTITIONS = 4
 CHANGE_COLUMNS = ["key", "value", "partition", "offset"]

@@ -38,13 +38,14 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import OperatorRun, measure_operator, operator_arguments
+from _common import measure_operator, operator_arguments
 from pipelines_joins import SHOP, FraudAlertsInputs, generate
 
 from riverbed.pipelines.operators.buckets import BUCKETS
 from riverbed.pipelines.operators.pattern_matches import EVENT, KEY
 from riverbed.pipelines.shop.contract import PAYMENT, WATERMARK_DELAY
 from riverbed.pipelines.shop.fraud_alerts import alerts_processor
+from riverbed.testing.memory_states import OperatorRun
 from riverbed.testing.references import fraud_alerts
 from riverbed.testing.topic_reader import last_values, repeated_keys
 

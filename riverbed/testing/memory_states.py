@@ -5,7 +5,8 @@ They behave as Spark's do for what riverbed's operators use (``getValue``, ``upd
 ``removeKey``, ``keys``, ``iterator``; ``exists``, ``get``, ``update``, ``clear``;
 ``listTimers``, ``registerTimer``, ``deleteTimer``), count the state calls, and fire timers
 as Spark does (:meth:`MemoryHandle.fire`); :class:`Watermark` stands for the
-``TimerValues`` and ``ExpiredTimerInfo`` of a call. Unit tests of the operators' state
+``TimerValues`` and ``ExpiredTimerInfo`` of a call; :class:`OperatorRun` calls an operator
+over micro-batches as Spark would. Unit tests of the operators' state
 layout use them, and so do ``benchmarks/pattern_operator.py`` and
 ``benchmarks/changelog_join_operator.py``, which measure operators' Python cost without
 Spark.
@@ -13,23 +14,36 @@ Spark.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-__all__ = ["MemoryHandle", "MemoryMapState", "MemoryValueState", "Watermark"]
+__all__ = [
+    "MemoryHandle",
+    "MemoryMapState",
+    "MemoryValueState",
+    "OperatorRun",
+    "Watermark",
+    "map_state_bytes",
+]
 
 
 class MemoryMapState:
     def __init__(self) -> None:
         self.entries: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self.calls = 0
+        self.read = self.written = 0
+        """The characters of the string values read and written (what a processor sends
+        over PySpark's state server socket, near enough)."""
 
     def getValue(self, key: tuple[Any, ...]) -> tuple[Any, ...] | None:
         self.calls += 1
-        return self.entries.get(key)
+        value = self.entries.get(key)
+        self.read += _chars(value)
+        return value
 
     def updateValue(self, key: tuple[Any, ...], value: tuple[Any, ...]) -> None:
         self.calls += 1
+        self.written += _chars(value)
         self.entries[key] = value
 
     def removeKey(self, key: tuple[Any, ...]) -> None:
@@ -42,7 +56,12 @@ class MemoryMapState:
 
     def iterator(self) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...]]]:
         self.calls += 1  # PySpark fetches the entries in batches: a call or a few
+        self.read += sum(map(_chars, self.entries.values()))
         return iter(list(self.entries.items()))
+
+
+def _chars(value: tuple[Any, ...] | None) -> int:
+    return 0 if value is None else sum(len(v) for v in value if isinstance(v, str))
 
 
 class MemoryValueState:
@@ -106,3 +125,62 @@ class Watermark:
 
     def getExpiryTimeInMs(self) -> int:
         return self.expiry_ms
+
+
+class OperatorRun:
+    """One run of a keyed operator over micro-batches without Spark (the operator
+    benchmarks, and tests of an operator's output over many batches): a processor made by
+    ``make`` and an in-memory state per bucket, as each Python worker would have them,
+    called as Spark calls them (each bucket's input, then the timers the batch's watermark
+    has reached, bucket by bucket), and the output rows (topic, key, value)."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.make = make
+        self.processors: dict[int, Any] = {}
+        self.handles: dict[int, MemoryHandle] = {}
+        self.outputs: list[tuple[str, str, str]] = []
+
+    def processor(self, bucket: int) -> Any:
+        if bucket not in self.processors:
+            processor, handle = self.make(), MemoryHandle()
+            processor.init(handle)
+            self.processors[bucket], self.handles[bucket] = processor, handle
+        return self.processors[bucket]
+
+    def __call__(self, work: Sequence[tuple[int, dict[int, Any]]]) -> None:
+        """Run ``work``: per micro-batch, its watermark and each bucket's input frame."""
+        for watermark, frames in work:
+            for bucket, frame in frames.items():
+                calls = self.processor(bucket).handleInputRows(
+                    (bucket,), iter([frame]), Watermark(watermark)
+                )
+                self._collect(calls)
+            for bucket, handle in self.handles.items():
+                for at in handle.fire(watermark):
+                    calls = self.processors[bucket].handleExpiredTimer(
+                        (bucket,), Watermark(watermark), Watermark(watermark, at)
+                    )
+                    self._collect(calls)
+
+    def _collect(self, frames: Any) -> None:
+        for frame in frames:
+            self.outputs += frame.itertuples(index=False, name=None)
+
+    def state_bytes(self) -> int:
+        """The text of the operator's map states, all buckets."""
+        return map_state_bytes(self.handles.values())
+
+    def state_traffic(self) -> tuple[int, int]:
+        """The characters of the map states' values read and written, all buckets."""
+        states = [state for handle in self.handles.values() for state in handle.maps.values()]
+        return sum(s.read for s in states), sum(s.written for s in states)
+
+
+def map_state_bytes(handles: Iterable[Any]) -> int:
+    """The text of the map states of in-memory handles (``riverbed.testing.memory_states``)."""
+    return sum(
+        len(value[0])
+        for handle in handles
+        for state in handle.maps.values()
+        for value in state.entries.values()
+    )

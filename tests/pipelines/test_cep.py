@@ -20,6 +20,7 @@ from riverbed.pipelines.operators.cep import (
     Contiguity,
     Event,
     EventTimeBuffer,
+    KeyMatcher,
     Match,
     Matcher,
     OrderedMatcher,
@@ -740,3 +741,52 @@ def test_after_every_batch_the_alerts_written_are_those_of_the_payments_read_so_
         assert table == expected(read)
     write(tester.setWatermark(NEVER_LATE))
     assert table == expected(read)
+
+
+def test_a_key_matcher_matches_early_from_its_spec_and_keeps_its_state_as_rows() -> None:
+    """:class:`KeyMatcher`: payments after every held one are matched early by the matcher
+    fed all of them (its spec); one before a held one needs them all (rebuild); the release
+    settles what was given early; the state is rows, read back the same, and a key with
+    nothing held and nothing to settle is empty."""
+    minute = 60_000
+    fields = HELD_FIELDS[1:]  # the operator leaves the key field out
+    key = KeyMatcher(FRAUD, early=True, held_fields=fields)
+    declines = [payment(n, "declined", (n + 1) * minute) for n in range(3)]
+    assert key.append(declines) == [] and not key.is_empty()
+    approval = payment(9, "approved", 5 * minute)
+    (given,) = key.append([approval])
+    assert alert(given)[1] == fraud("p09", 3, minute, 5 * minute)
+    state = key.to_obj()
+    rows = [[e[f] for f in fields] for e in [*declines, approval]]
+    assert state == [5, None, [], [[rows[:3], rows[3:]]], 5 * minute, []]
+    assert KeyMatcher.is_state(state) and not KeyMatcher.is_state([4, *state[1:]])
+    key = KeyMatcher.from_obj(json.loads(json.dumps(state)), pattern=FRAUD, early=True,
+                              held_fields=fields)  # fmt: skip
+    assert key.to_obj() == state
+    # A decline before the held ones: the alert counts it (given again, the old withdrawn);
+    # read back, the events are rows without the card.
+    earlier = payment(4, "declined", 0)
+    now, withdrawn = key.rebuild(
+        [{f: e[f] for f in fields} for e in [earlier, *declines, approval]]
+    )
+    assert [(len(m["declined"]), m["declined"][0]["ts"]) for m in now] == [(4, 0)]
+    assert [m["approved"][0]["payment_id"] for m in withdrawn] == ["p09"]
+    # Released up to the approval: the matcher finds the same alert, which stands as given.
+    released = [{f: e[f] for f in fields} for e in [earlier, *declines, approval]]
+    settled = key.release(released, 5 * minute + 1)
+    assert settled.matches == [] and settled.withdrawn == [] and key.is_empty()
+    with pytest.raises(ValueError, match="not a CEP key state of version 5"):
+        KeyMatcher.from_obj([4, *state[1:]], pattern=FRAUD, early=True, held_fields=fields)
+
+
+def test_a_key_matcher_takes_an_ordered_matchers_state_but_its_held_events() -> None:
+    """A key's state written before the operator kept held events apart: the matcher and
+    the early matches as they were, the spec fed the held events (the caller moves them)."""
+    ordered = OrderedMatcher(FRAUD, tiebreak_field="payment_id", held_fields=HELD_FIELDS)
+    declines = [payment(n, "declined", (n + 1) * 60_000) for n in range(3)]
+    ordered.advance(declines, watermark_ms=0, early=True)
+    ordered.advance([], watermark_ms=2 * 60_000 + 1)  # the first two released
+    key = KeyMatcher.of_ordered(ordered, early=True)
+    assert len(key.matcher) == 2 and len(key.spec or []) == 3 and key.early == []
+    (given,) = key.append([payment(9, "approved", 4 * 60_000)])
+    assert alert(given)[1]["declined_count"] == 3

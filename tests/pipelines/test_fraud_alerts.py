@@ -12,20 +12,23 @@ import json
 import random
 import re
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pytest
 from confluent_kafka import Producer
 from pyspark.sql.streaming.tws_tester import TwsTester
 
 from riverbed.pipelines.operators.base import GC_THRESHOLD
-from riverbed.pipelines.operators.pattern_matches import KEY, TIMER_RESOLUTION_MS
-from riverbed.pipelines.shop.fraud_alerts import alerts_processor
-from riverbed.testing.memory_states import MemoryHandle
+from riverbed.pipelines.operators.buckets import LAYOUT, SLOTS
+from riverbed.pipelines.operators.pattern_matches import HELD_STATE, KEY, SPAN_MS, PatternMatches
+from riverbed.pipelines.shop.fraud_alerts import HELD_FIELDS, alerts_processor
+from riverbed.testing.memory_states import MemoryHandle, OperatorRun
 from riverbed.testing.references import fraud_alerts
-from riverbed.testing.topic_reader import repeated_keys
+from riverbed.testing.topic_reader import last_values, repeated_keys
 from tests.support.brokers import BrokerProcess
 from tests.support.events import BASE, MINUTE, disordered
 from tests.support.keyed_states import slot_entries
@@ -154,18 +157,20 @@ def records(frame: pd.DataFrame) -> list[tuple[str, dict[str, Any], dict[str, An
 BUCKET_OF_C1 = 7  # the tester groups by what it is given; Spark would compute the bucket
 
 
-def test_processor_lists_each_card_once_and_sends_late_payments_aside() -> None:
+def held_spans(tester: TwsTester) -> dict[int, dict[str, list[Any]]]:
+    """The bucket's held payments: span -> {card: rows}, the index left out."""
+    peeked = tester.peekMapState(HELD_STATE, BUCKET_OF_C1)
+    return {span: json.loads(text) for (span,), (text,) in peeked.items() if span >= 0}
+
+
+def test_processor_holds_payments_by_span_and_sends_late_payments_aside() -> None:
     tester = TwsTester(
         alerts_processor(), timeMode="EventTime", eventTimeExtractor=lambda _: NEVER_LATE
     )
 
-    def listed() -> int | None:
-        """The timer card c1 waits for, or None when it holds nothing (no state)."""
-        entry = slot_entries(tester.peekMapState("matchers", BUCKET_OF_C1)).get('"c1"')
-        if entry is None:
-            return None
-        assert isinstance(entry[1], int)
-        return entry[1]
+    def card() -> list[Any] | None:
+        """Card c1's [state, listed time], or None when it has no state."""
+        return slot_entries(tester.peekMapState("matchers", BUCKET_OF_C1)).get('"c1"')
 
     def timers() -> set[int]:
         tester.handle.setGroupingKey(BUCKET_OF_C1)
@@ -174,16 +179,25 @@ def test_processor_lists_each_card_once_and_sends_late_payments_aside() -> None:
     def feed(*events: Payment) -> pd.DataFrame:
         return tester.testInPandas(BUCKET_OF_C1, rows(*events))
 
-    second = TIMER_RESOLUTION_MS
-    # Out of order, and not released before the watermark passes them; the card is listed
-    # at the release of the earliest payment held, rounded up to the timer resolution.
-    assert records(feed(pay("a", A, BASE + 3 * MINUTE))) == []
-    assert listed() == BASE + 3 * MINUTE + second
-    out = feed(pay("d2", D, BASE + MINUTE), pay("d1", D, BASE))
-    assert listed() == BASE + second
-    assert records(out) == []
+    def row(p: Payment) -> list[Any]:
+        return [p["payment_id"], p["status"], p["ts"]]
+
+    second = SPAN_MS
+    # A payment is held in the bucket's span of its time, as a row without the card; the
+    # bucket's timer is at the end of its earliest span. An approval alone can start no
+    # match: the card has no state.
+    approval = pay("a", A, BASE + 3 * MINUTE)
+    assert records(feed(approval)) == []
+    assert held_spans(tester) == {(BASE + 3 * MINUTE) // second: {'"c1"': [row(approval)]}}
+    assert card() is None
+    assert timers() == {BASE + 3 * MINUTE + second}
+    # Out of order: held too, and not released before the watermark passes their spans.
+    declines = [pay("d2", D, BASE + MINUTE), pay("d1", D, BASE)]
+    assert records(feed(*declines)) == []
+    assert len(held_spans(tester)) == 3 and card() is None  # 2 declines: no match yet
+    assert timers() == {BASE + second, BASE + 3 * MINUTE + second}
     # The third decline before the approval: the alert is written at once (early), long
-    # before the watermark passes the payments.
+    # before the watermark passes the payments; the card keeps it, to settle it.
     alert = {"card_id": "c1", "payment_id": "a"}
     assert records(feed(pay("d3", D, BASE + 2 * MINUTE))) == [
         (
@@ -197,21 +211,29 @@ def test_processor_lists_each_card_once_and_sends_late_payments_aside() -> None:
             },
         )
     ]
-    assert listed() == BASE + second
-    assert timers() == {BASE + second, BASE + 3 * MINUTE + second}
-    assert records(tester.setWatermark(BASE + 3 * MINUTE)) == []  # not at the exact time
-    # Once the watermark has passed the approval the alert stands as written: not again.
+    state = card()
+    assert state is not None and state[1] is None  # no partial match to expire
+    assert len(state[0][3]) == 1  # the early alert
+    # The watermark at the approval's time: the declines' spans are released, not the
+    # approval's (the watermark has not passed the whole of it).
+    assert records(tester.setWatermark(BASE + 3 * MINUTE)) == []
+    assert list(held_spans(tester)) == [(BASE + 3 * MINUTE) // second]
+    # Once the watermark has passed the approval's span, the alert stands as written: not
+    # again, and nothing is left (the timer for the declines' expiry fires for nothing).
     assert records(tester.setWatermark(BASE + 3 * MINUTE + second)) == []
-    assert listed() is None and timers() == set()  # nothing held, the timers fired
+    assert card() is None and held_spans(tester) == {}
+    assert records(tester.setWatermark(BASE + 10 * MINUTE + second)) == []
+    assert timers() == set()
 
     # Declines released into the matcher: listed for each one's expiry, in turn.
-    feed(pay("d4", D, BASE + 10 * MINUTE), pay("d5", D, BASE + 11 * MINUTE))
-    assert records(tester.setWatermark(BASE + 11 * MINUTE + second)) == []
-    assert listed() == BASE + 20 * MINUTE + second
-    assert records(tester.setWatermark(BASE + 20 * MINUTE + second)) == []
-    assert listed() == BASE + 21 * MINUTE + second
+    feed(pay("d4", D, BASE + 12 * MINUTE), pay("d5", D, BASE + 13 * MINUTE))
+    assert records(tester.setWatermark(BASE + 13 * MINUTE + second)) == []
+    assert held_spans(tester) == {}
+    assert (state := card()) is not None and state[1] == BASE + 22 * MINUTE + second
+    assert records(tester.setWatermark(BASE + 22 * MINUTE + second)) == []
+    assert (state := card()) is not None and state[1] == BASE + 23 * MINUTE + second
     tester.setWatermark(BASE + 30 * MINUTE)
-    assert listed() is None and timers() == set()
+    assert card() is None and timers() == set()
 
     # Below the watermark: aside, with the reason; never matched.
     late = pay("x", A, BASE + 5 * MINUTE)
@@ -223,35 +245,110 @@ def test_processor_lists_each_card_once_and_sends_late_payments_aside() -> None:
         f"{BASE + 30 * MINUTE}, so the events after it may already have been matched without it"
     )
     assert value == late
-    assert listed() is None and timers() == set()
+    assert card() is None and held_spans(tester) == {} and timers() == set()
 
 
-def test_a_card_holds_its_payments_as_rows_without_the_card_and_reads_older_objects() -> None:
-    """The card's state holds each payment as a row of the fields the pattern and the alert
-    read, without the card (every payment of the card has it; the alert gets it back); a
-    state written before rows (version 3: objects with the card) is read, and its early
-    alert stands as written."""
+@pytest.mark.parametrize("version", [3, 4])
+def test_a_card_state_that_holds_its_payments_moves_them_to_the_bucket(version: int) -> None:
+    """A card's state written before the bucket held the payments (version 4: rows of the
+    held fields without the card; version 3: objects with it) is read: its early alert
+    stands as written, its payments move to the bucket's spans when the card is next
+    handled, and a payment read later completes an alert with them."""
     tester = TwsTester(
         alerts_processor(), timeMode="EventTime", eventTimeExtractor=lambda _: NEVER_LATE
     )
     sequence = [pay(f"d{i}", D, BASE + i * MINUTE) for i in range(3)] + [
         pay("a", A, BASE + 3 * MINUTE)
     ]
-    alert = {"card_id": "c1", "payment_id": "a"}
-    value = {**alert, "declined_count": 3, "first_declined_ts": BASE}
-    expected = [("fraud_alerts", alert, {**value, "approved_ts": sequence[3]["ts"]})]
-    assert records(tester.testInPandas(BUCKET_OF_C1, rows(*sequence))) == expected
-    peeked = tester.peekMapState("matchers", BUCKET_OF_C1)
-    (slot,) = [key for key, (text,) in peeked.items() if '"\\"c1\\""' in text]
-    entries = json.loads(peeked[slot][0])
-    state = entries['"c1"'][0]
-    held = [[p["payment_id"], p["status"], p["ts"]] for p in sequence]
-    assert state == [4, 0, held, 0, [], [[held[:3], held[3:]]]]  # the watermark 0
-    objects = [{f: p[f] for f in ("card_id", "payment_id", "status", "ts")} for p in sequence]
-    entries['"c1"'][0] = [3, 0, objects, 0, [], [[objects[:3], objects[3:]]]]
-    tester.updateMapState("matchers", BUCKET_OF_C1, {slot: (json.dumps(entries),)})
-    assert records(tester.setWatermark(BASE + 3 * MINUTE + TIMER_RESOLUTION_MS)) == []
-    assert slot_entries(tester.peekMapState("matchers", BUCKET_OF_C1)) == {}  # nothing held
+    fields = (
+        ("payment_id", "status", "ts")
+        if version == 4
+        else ("card_id", "payment_id", "status", "ts")
+    )
+    held = [[p[f] for f in fields] if version == 4 else {f: p[f] for f in fields} for p in sequence]
+    old = [version, 0, held, 0, [], [[held[:3], held[3:]]]]  # the watermark 0
+    slot = zlib.crc32(b'"c1"') % SLOTS
+    entries = {'"c1"': [old, BASE + SPAN_MS], LAYOUT: SLOTS}  # listed at its release
+    tester.updateMapState("matchers", BUCKET_OF_C1, {(slot,): (json.dumps(entries),)})
+    # More declines and an approval after them, in the same call that moves the payments.
+    more = [pay("d9", D, BASE + 4 * MINUTE), pay("e", A, BASE + 5 * MINUTE)]
+    assert records(tester.testInPandas(BUCKET_OF_C1, rows(*more))) == []  # 1 decline only
+    assert sorted(p for span in held_spans(tester).values() for p in span['"c1"']) == sorted(
+        [p["payment_id"], p["status"], p["ts"]] for p in sequence + more
+    )
+    state = slot_entries(tester.peekMapState("matchers", BUCKET_OF_C1))['"c1"'][0]
+    assert state[0] == 5 and len(state[3]) == 1  # the early alert, to settle
+    late_decline = pay("d8", D, BASE + 4 * MINUTE - 1)  # before d9: e has 2 declines now
+    assert records(tester.testInPandas(BUCKET_OF_C1, rows(late_decline))) == []
+    third = pay("d7", D, BASE + 4 * MINUTE - 2)
+    alert = {"card_id": "c1", "payment_id": "e"}
+    assert records(tester.testInPandas(BUCKET_OF_C1, rows(third))) == [
+        ("fraud_alerts", alert, {**alert, "declined_count": 3,
+                                 "first_declined_ts": third["ts"], "approved_ts": more[1]["ts"]})
+    ]  # fmt: skip
+    assert records(tester.setWatermark(BASE + 6 * MINUTE)) == []  # both stand as written
+    assert slot_entries(tester.peekMapState("matchers", BUCKET_OF_C1)) == {}
+    assert held_spans(tester) == {}
+
+
+@pytest.mark.parametrize(
+    ("early", "held_fields"), [(True, HELD_FIELDS), (False, HELD_FIELDS), (True, None)]
+)
+def test_processor_over_many_batches_of_disordered_payments_gives_the_reference(
+    early: bool, held_fields: tuple[str, ...] | None
+) -> None:
+    """The processor called as Spark calls it, without Spark (in-memory states), over
+    micro-batches of payments out of order within the watermark delay and a few far behind
+    it: the last value of each alert is the reference's, none repeats its value, the
+    payments below the watermark go aside, and nothing is left once the watermark has
+    passed every payment."""
+
+    def processor() -> PatternMatches:  # one per bucket, as each Python worker has its own
+        made = alerts_processor()
+        made.early, made.held_fields = early, held_fields
+        made._held = None if held_fields is None else HELD_FIELDS[1:]
+        return made
+
+    generated = payments(11, cards=30, start=BASE, minutes=80, prefix="p")
+    rng = random.Random(12)
+    arrivals = disordered(generated, seed=13, max_ms=100_000)
+    for i in range(10):  # far behind: late once the first half hour has been read
+        arrivals.insert(
+            len(arrivals) // 2 + i, {**pay(f"late{i}", rng.choice([D, A]), BASE + i * MINUTE)}
+        )
+    work: list[tuple[int, dict[int, pd.DataFrame]]] = []
+    latest, start = None, 0
+    while start < len(arrivals):
+        size = rng.choice([1, 3, 10, 40, 120])
+        batch = arrivals[start : start + size]
+        start += size
+        watermark = 0 if latest is None else latest - 2 * MINUTE
+        by_bucket: dict[int, list[Payment]] = {}
+        for p in batch:
+            by_bucket.setdefault(zlib.crc32(p["card_id"].encode()) % 3, []).append(p)
+            latest = p["ts"] if latest is None else max(latest, p["ts"])
+        work.append((watermark, {b: rows(*ps) for b, ps in by_bucket.items()}))
+    work.append((BASE + 24 * 60 * MINUTE, {}))  # the watermark past every payment
+    run = OperatorRun(processor)
+    run(work)
+
+    late = {json.loads(k)["payment_id"] for t, k, _ in run.outputs if t == "fraud_alerts_late"}
+    assert {f"late{i}" for i in range(10)} <= late
+    records_ = [(k, v) for t, k, v in run.outputs if t == "fraud_alerts"]
+    assert repeated_keys(records_) == []
+    written = {
+        (a["card_id"], a["payment_id"]): a
+        for v in last_values(records_).values()
+        if v is not None and (a := json.loads(v))
+    }
+    kept = [p for p in arrivals if p["payment_id"] not in late]
+    expected = {(a["card_id"], a["payment_id"]): a for a in fraud_alerts(kept)}
+    assert len(expected) >= 20 and written == expected
+    if not early:  # each alert once, when the watermark passes it
+        assert len(records_) == len(expected)
+    for handle in run.handles.values():  # no card's state, no payment held
+        assert slot_entries(handle.maps["matchers"].entries) == {}
+        assert handle.maps[HELD_STATE].entries == {}
 
 
 # -- the pipeline -------------------------------------------------------------------------

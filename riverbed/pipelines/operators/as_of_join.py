@@ -98,7 +98,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 from pyspark.sql.types import StructType
 
 from riverbed.pipelines.operators.base import OUTPUT_SCHEMA, KeyedOperator, OutputRows, by_bucket
-from riverbed.pipelines.operators.buckets import round_up
+from riverbed.pipelines.operators.buckets import keep_log_timer, round_up
 from riverbed.pipelines.operators.changelog import Change, MalformedChange, parse_change
 from riverbed.pipelines.operators.inputs import with_event_time
 from riverbed.pipelines.operators.json_rows import Row, dumps, loads, read_state, state_text
@@ -229,11 +229,8 @@ class _EventLog:
 
     def flush(self, watermark_ms: int, *, after_input: bool) -> None:
         """Write the events added as a new entry and the index, and keep the bucket's timer
-        at the earliest entry's time. After the input (Spark fires the timers the watermark
-        has reached after it), a timer at or below the watermark is one of this log's whose
-        entries were just forgotten (those of the keys' states are gone:
-        :meth:`~riverbed.pipelines.operators.buckets.KeyedStates.due_now`): deleted, so
-        that it does not fire for nothing."""
+        at the earliest entry's time
+        (:func:`~riverbed.pipelines.operators.buckets.keep_log_timer`)."""
         if self._new:
             listed = self._listed()
             number = max(listed, default=0) + 1
@@ -247,14 +244,11 @@ class _EventLog:
                 self._state.updateValue((INDEX_ENTRY,), (state_text(index),))
             else:
                 self._state.removeKey((INDEX_ENTRY,))
-            registered = {int(at) for at in self._handle.listTimers()}
-            if after_input:
-                for at in sorted(at for at in registered if at <= watermark_ms):
-                    self._handle.deleteTimer(at)
-            if listed:
-                earliest = self.expiry(min(listed.values()))
-                if earliest not in registered:  # after prune, later than the watermark
-                    self._handle.registerTimer(earliest)
+            # after prune, the earliest entry's time is later than the watermark
+            earliest = self.expiry(min(listed.values())) if listed else None
+            keep_log_timer(
+                self._handle, earliest, watermark_ms=watermark_ms, after_input=after_input
+            )
         self._reset()
 
 

@@ -86,6 +86,7 @@ __all__ = [
     "SLOTS",
     "KeyedStates",
     "bucket_of",
+    "keep_log_timer",
     "round_up",
 ]
 
@@ -129,6 +130,22 @@ def bucket_of(*columns: str | Column, buckets: int = BUCKETS) -> Column:
 def round_up(ms: int, resolution_ms: int) -> int:
     """``ms`` rounded up to a multiple of ``resolution_ms``."""
     return -(-ms // resolution_ms) * resolution_ms
+
+
+def keep_log_timer(
+    handle: StatefulProcessorHandle, at: int | None, *, watermark_ms: int, after_input: bool
+) -> None:
+    """Keep a bucket's timer for a log of its own (an operator's state beside the keys'
+    states, with its earliest time ``at``; None: nothing in it) once the log has changed.
+    After the input, a timer at or below the watermark has been handled in the call (the
+    log's, and the keys' swept by :meth:`KeyedStates.due_now`): deleted, so that it does
+    not fire for nothing."""
+    registered = {int(t) for t in handle.listTimers()}
+    if after_input:
+        for t in sorted(t for t in registered if t <= watermark_ms):
+            handle.deleteTimer(t)
+    if at is not None and at not in registered:
+        handle.registerTimer(at)
 
 
 def _listed(entry: list[Any]) -> int | None:

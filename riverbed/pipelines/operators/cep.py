@@ -87,6 +87,7 @@ __all__ = [
     "Contiguity",
     "Event",
     "EventTimeBuffer",
+    "KeyMatcher",
     "Match",
     "Matched",
     "Matcher",
@@ -97,6 +98,7 @@ __all__ = [
     "Step",
     "at_least",
     "between",
+    "in_event_time_order",
     "times",
 ]
 
@@ -759,3 +761,178 @@ class OrderedMatcher:
             tiebreak_field=tiebreak_field,
             held_fields=held_fields,
         )
+
+
+KEY_STATE_VERSION = 5
+"""The version of :class:`KeyMatcher`'s state."""
+
+
+class KeyMatcher:
+    """The CEP state of one key whose held events are kept by the caller, not in it: an
+    operator that keeps a log of every key's held events (a bucket's, by span of event
+    time) feeds the key's events to it as the watermark releases them, so that a key's
+    state need not be rewritten with all its held events whenever it changes.
+
+    It is :class:`OrderedMatcher` without the buffer: the :class:`Matcher` fed the released
+    events, the early matches given and not settled, and (when matching early, ``spec``)
+    a second :class:`Matcher` fed every event released or held, in event-time order, so
+    that events that arrive after every held one (the usual case) are matched early by
+    feeding it alone (:meth:`append`), without the held events. An event that arrives
+    before one held needs them all (:meth:`rebuild`).
+
+    The caller releases events up to a *release point* (every event with ``ts`` below it,
+    a point at or below the watermark), and gives :meth:`release` the key's released events
+    in event-time order; a key with an empty state (:meth:`is_empty`) behaves as a new
+    one, so its state can be dropped even while the log holds events of it.
+
+    State: ``[5, frontier_ms, matcher events, early matches, spec frontier_ms, spec
+    events]`` (the spec's two null when not matching early), the events as rows of
+    ``held_fields`` when given (as :class:`OrderedMatcher`'s version 4), else objects."""
+
+    def __init__(
+        self, pattern: Pattern, *, early: bool, held_fields: Sequence[str] | None = None
+    ) -> None:
+        self.matcher = Matcher(pattern)
+        self.spec = Matcher(pattern) if early else None
+        self.early: list[Match] = []
+        self.held_fields = None if held_fields is None else tuple(held_fields)
+
+    def is_empty(self) -> bool:
+        """Whether a new key's matcher would do the same from now on: nothing held in either
+        matcher, no early match to settle (a key whose spec holds nothing ends each of its
+        held events' matchings with nothing held either, and without a match, else it would
+        be an early one)."""
+        return not self.matcher._held and not self.early and not (self.spec and self.spec._held)
+
+    def release(self, events: Sequence[Event], release_ms: int) -> Matched:
+        """Feed the events released (every event of the key with ``ts`` below
+        ``release_ms`` not released before, in event-time order); expire what can no longer
+        match; settle the early matches whose last events were released."""
+        matches = self.matcher._feed(events)
+        self.expire(release_ms)
+        withdrawn: list[Match] = []
+        if self.early:
+            passed = 0
+            names = self.matcher._shape.names
+            while passed < len(self.early) and self.early[passed][names[-1]][-1]["ts"] < release_ms:
+                passed += 1
+            settled, self.early = self.early[:passed], self.early[passed:]
+            matches, withdrawn = _difference(matches, settled), _difference(settled, matches)
+        return Matched(matches=matches, late=[], withdrawn=withdrawn)
+
+    def expire(self, release_ms: int) -> None:
+        """Drop what can no longer be part of a match, no event below ``release_ms`` being
+        fed from now on."""
+        self.matcher.expire(release_ms)
+        if self.spec is not None:
+            self.spec.expire(release_ms)
+
+    def append(self, events: Sequence[Event]) -> list[Match]:
+        """Events that come after every event held, in event-time order: the early matches
+        they complete (none when not matching early)."""
+        if self.spec is None:
+            return []
+        given = self.spec._feed(events)
+        self.early += given
+        return given
+
+    def rebuild(self, held: Sequence[Event]) -> tuple[list[Match], list[Match]]:
+        """Every event held, new ones included, in event-time order (an event arrived
+        before one held): the early matches new or changed, and those withdrawn."""
+        if self.spec is None:
+            return [], []
+        self.spec = self.matcher._copy()
+        now = self.spec._feed(held)
+        before, self.early = self.early, now
+        return _difference(now, before), _difference(before, now)
+
+    def next_expiry_ms(self) -> int | None:
+        """The release point from which :meth:`expire` drops an event held now (``None``:
+        none held): the time of an event-time timer."""
+        times = [m.next_expiry_ms() for m in (self.matcher, self.spec) if m is not None]
+        due = [t for t in times if t is not None]
+        return min(due) if due else None
+
+    def to_obj(self) -> list[Any]:
+        names, spec = self.matcher._shape.names, self.spec
+        if self.held_fields is None:
+            stored: Callable[[Event], Any] = dict
+        else:
+            row = _row_of(self.held_fields)  # a tuple: as a list, what a state read back holds
+
+            def stored(event: Event) -> Any:
+                return list(row(event))
+
+        def events(matcher: Matcher) -> list[Any]:
+            return [stored(event) for event, _ in matcher._held]
+
+        return [
+            KEY_STATE_VERSION,
+            self.matcher._frontier_ms,
+            events(self.matcher),
+            [[[stored(e) for e in match[name]] for name in names] for match in self.early],
+            None if spec is None else spec._frontier_ms,
+            None if spec is None else events(spec),
+        ]
+
+    @classmethod
+    def is_state(cls, value: Any) -> bool:
+        """Whether ``value`` is a state of this class (rather than :class:`OrderedMatcher`'s)."""
+        return isinstance(value, list) and len(value) == 6 and value[0] == KEY_STATE_VERSION
+
+    @classmethod
+    def from_obj(
+        cls,
+        value: Any,
+        *,
+        pattern: Pattern,
+        early: bool,
+        held_fields: Sequence[str] | None = None,
+    ) -> KeyMatcher:
+        """The matcher :meth:`to_obj` gave ``value`` of (the events taken as they are)."""
+        if not cls.is_state(value):
+            raise ValueError(f"not a CEP key state of version {KEY_STATE_VERSION}: "
+                             f"{str(value)[:100]!r}")  # fmt: skip
+        _, frontier, held, matches, spec_frontier, spec_held = value
+        fields = None if held_fields is None else tuple(held_fields)
+
+        def event(stored: Any) -> Event:
+            return stored if fields is None else dict(zip(fields, stored, strict=True))
+
+        key = cls.__new__(cls)
+        key.held_fields = fields
+        key.matcher = Matcher._load(frontier, [event(e) for e in held], pattern)
+        key.spec = None
+        if early:
+            key.spec = Matcher._load(spec_frontier, [event(e) for e in spec_held or []], pattern)
+        key.early = [
+            {
+                name: [event(e) for e in step]
+                for name, step in zip(pattern.shape.names, m, strict=True)
+            }
+            for m in matches
+        ]
+        return key
+
+    @classmethod
+    def of_ordered(cls, ordered: OrderedMatcher, *, early: bool) -> KeyMatcher:
+        """The state of ``ordered`` (a key's state written before held events were kept
+        apart) but its held events (``ordered.buffer``), which the caller moves to its log."""
+        key = cls.__new__(cls)
+        fields = ordered.buffer.held_fields
+        key.held_fields = None if fields is None else tuple(fields)
+        key.matcher, key.early = ordered.matcher, ordered.early
+        key.spec = None
+        if early:
+            key.spec = ordered.matcher._copy()
+            key.spec._feed(ordered.buffer._held)
+        return key
+
+
+def in_event_time_order(events: Iterable[Event], *, tiebreak_field: str) -> list[Event]:
+    """``events`` (each with a checked ``ts``) in event-time order, as
+    :class:`EventTimeBuffer` holds them (ties by JSON text); taken as they are."""
+    buffer = EventTimeBuffer(tiebreak_field=tiebreak_field)
+    for event in events:
+        buffer._insert(event)
+    return buffer._held

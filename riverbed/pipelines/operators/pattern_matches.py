@@ -1,7 +1,9 @@
 """A CEP operator on Spark's stateful streaming: :class:`PatternMatches` runs a
 :class:`riverbed.pipelines.operators.cep.Pattern` over each key's events in event-time
 order (``transformWithStateInPandas``, EventTime mode), applied by :func:`match_pattern`;
-the pure logic is :class:`riverbed.pipelines.operators.cep.OrderedMatcher`.
+the pure logic is :class:`riverbed.pipelines.operators.cep.KeyMatcher`, an
+:class:`~riverbed.pipelines.operators.cep.OrderedMatcher` whose held events the operator
+keeps apart.
 
 **Input.** :func:`match_pattern` groups the events by one key column and hands the
 processor, per key, the column and ``event``: each event's fields as one JSON object (nulls
@@ -18,24 +20,36 @@ below the watermark can no longer be put in order (the events after it may alrea
 been matched): it goes to the late topic, keyed by ``late_key_fields``, with a ``reason``
 (:func:`late_reason`); never matched, never silently dropped.
 
-**State.** Per key, :meth:`OrderedMatcher.to_obj` (the held events, the watermark, the
-matcher's partial matches; given ``held_fields``, each event as a row of them without the
-key field, which every event of the key has and which is put back in a match's events
-before ``result`` reads them), kept by
-:class:`riverbed.pipelines.operators.buckets.KeyedStates` in the map state ``matchers``: the
-operator groups by a hash bucket of the key (one group per key made PySpark's fixed cost
-per group the bulk of the work). A key's state is removed when nothing is held: the next
-event of the key is then at or above the watermark, so a fresh matcher behaves as the old
-one would. The state store is Spark's (RocksDB, checkpointed), so after a crash the state
-and the timers are those of the last committed micro-batch, and the batch is replayed from
-the same input.
+**State.** Two map states per bucket of keys (the operator groups by a hash bucket of
+the key: one group per key made PySpark's fixed cost per group the bulk of the work):
 
-**Timers.** Each key is due at :meth:`OrderedMatcher.next_timer_ms` of its state (always
-later than the watermark), rounded up to :data:`TIMER_RESOLUTION_MS`: when the watermark
-reaches it, the processor advances the key's matcher with no events, so held events are
-released and matched, and partial matches expire, even if the key gets no more events.
-Since the matcher is advanced with the watermark itself, the rounding changes when a match
-is written, never what it is.
+- ``held``, the bucket's held events (:class:`_HeldLog`), an entry per :data:`SPAN_MS` of
+  event time: ``{key: [event, ...]}``, each event a row of ``held_fields`` without the key
+  field (which every event of the key has, put back in a match's events before ``result``
+  reads them), or the event's object without ``held_fields``; and an index of the spans.
+  A micro-batch adds its events to the spans of their times and takes out the spans the
+  watermark has passed whole, so it writes what it adds and reads what it releases, not
+  every held event of every key it touches;
+- ``matchers``, each key's :class:`~riverbed.pipelines.operators.cep.KeyMatcher` (its
+  partial matches, the early matches not settled, and the matcher fed every event read so
+  far), kept by :class:`riverbed.pipelines.operators.buckets.KeyedStates`, and removed
+  when it holds nothing (a new key's would then do the same): most keys have none.
+
+A key's events that arrive after all its held ones (the usual case) are matched early
+from its state alone; one that arrives before a held one reads the bucket's log whole, once
+in the call, to match early again from all of them. The state store is Spark's (RocksDB,
+checkpointed), so after a crash the state and the timers are those of the last committed
+micro-batch, and the batch is replayed from the same input. A key's state written before
+the log (an :class:`~riverbed.pipelines.operators.cep.OrderedMatcher`'s, its events in it)
+is advanced as it was then when next read, and its events moved to the log.
+
+**Timers.** The bucket has a timer at the end of its earliest span: when the watermark
+reaches it, the spans it has passed are released even if the bucket gets no more events.
+A key with partial matches is due at
+:meth:`~riverbed.pipelines.operators.cep.KeyMatcher.next_expiry_ms`, rounded up to
+:data:`TIMER_RESOLUTION_MS`, for them to expire. An event is released (fed to its key's
+matcher) once the watermark has passed its whole span, so a match is settled up to a span
+later than the watermark passes it; what is matched does not change.
 
 **Early matches** (``early=True``). A match is then written by the micro-batch that reads
 its last event, not about the watermark delay later: the processor asks the key's matcher
@@ -55,18 +69,41 @@ one per late event; written in the micro-batch's transaction, so each exactly on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import bisect
+import itertools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 
 from riverbed.pipelines.operators.base import OUTPUT_SCHEMA, KeyedOperator, OutputRows, by_bucket
-from riverbed.pipelines.operators.cep import Event, Match, OrderedMatcher, Pattern
-from riverbed.pipelines.operators.json_rows import dumps, loads
+from riverbed.pipelines.operators.buckets import keep_log_timer
+from riverbed.pipelines.operators.cep import (
+    Event,
+    EventTimeBuffer,
+    KeyMatcher,
+    Match,
+    Matched,
+    OrderedMatcher,
+    Pattern,
+    in_event_time_order,
+)
+from riverbed.pipelines.operators.json_rows import dumps, loads, read_state, state_text
 
-__all__ = ["EVENT", "KEY", "TIMER_RESOLUTION_MS", "PatternMatches", "late_reason", "match_pattern"]
+__all__ = [
+    "EVENT",
+    "HELD_STATE",
+    "KEY",
+    "SPAN_MS",
+    "TIMER_RESOLUTION_MS",
+    "PatternMatches",
+    "late_reason",
+    "match_pattern",
+    "release_point",
+]
 
 EVENT = "event"
 """The input column with each event's fields as a JSON object."""
@@ -74,7 +111,15 @@ KEY = "pattern_key"
 """The input column with each event's key (the ``key_field`` column)."""
 TIMER_RESOLUTION_MS = 1_000
 """A key's timer is rounded up to this (:mod:`riverbed.pipelines.operators.buckets`): its
-matches are written at most this much event time later than an exact timer would."""
+partial matches expire at most this much event time later than an exact timer would."""
+SPAN_MS = TIMER_RESOLUTION_MS
+"""The event time of one entry of a bucket's held events (module docstring, "State"): the
+events are released a whole span at a time, at most this much event time after the
+watermark has passed them."""
+HELD_STATE = "held"
+"""The map state of a bucket's held events, by span."""
+INDEX_ENTRY = -1
+"""The entry of :data:`HELD_STATE` that lists the spans present."""
 
 Result = Callable[[Match], tuple[dict[str, Any], dict[str, Any]]]
 """A match's output (key, value), both JSON objects."""
@@ -87,6 +132,113 @@ def late_reason(ts: int, watermark_ms: int) -> str:
         f"too late for event-time order: ts {ts} is below the watermark {watermark_ms}, so "
         "the events after it may already have been matched without it"
     )
+
+
+class _HeldLog:
+    """A bucket's held events (module docstring, "State"): map state :data:`HELD_STATE`,
+    entry ``s`` the events with ``ts`` in span ``s`` (``[s * SPAN_MS, (s + 1) * SPAN_MS)``)
+    as the JSON object ``{key: [event, ...]}``, in arrival order, and entry
+    :data:`INDEX_ENTRY` the spans present, sorted (the first, then each one's distance from
+    the one before). Reads go through a cache; :meth:`flush` at the end of every call."""
+
+    def __init__(self, handle: StatefulProcessorHandle) -> None:
+        self._handle = handle
+        self._state = handle.getMapState(HELD_STATE, "span LONG", "events STRING")
+        self._reset()
+
+    def _reset(self) -> None:
+        self._spans: list[int] | None = None
+        self._last_stored = -1
+        """The last span present at the start of the call."""
+        self._entries: dict[int, dict[str, list[Any]]] = {}
+        self._dirty: set[int] = set()
+        self._whole = False
+        self._changed = False
+
+    def spans(self) -> list[int]:
+        """The spans present, sorted."""
+        if self._spans is None:
+            stored = self._state.getValue((INDEX_ENTRY,))
+            deltas = [] if stored is None else read_state(stored[0])
+            self._spans = list(itertools.accumulate(deltas))
+            self._last_stored = self._spans[-1] if self._spans else -1
+        return self._spans
+
+    def _entry(self, span: int) -> dict[str, list[Any]]:
+        entry = self._entries.get(span)
+        if entry is None:
+            stored = None
+            if not self._whole and span in self.spans():
+                stored = self._state.getValue((span,))
+            entry = self._entries[span] = {} if stored is None else read_state(stored[0])
+        return entry
+
+    def release(self, release_ms: int) -> dict[str, list[Any]]:
+        """Take out the events below ``release_ms`` (a multiple of :data:`SPAN_MS`): each
+        key's, in the order of their spans."""
+        spans = self.spans()
+        passed = bisect.bisect_left(spans, release_ms // SPAN_MS)
+        out: dict[str, list[Any]] = {}
+        for span in spans[:passed]:
+            for key, events in self._entry(span).items():
+                out.setdefault(key, []).extend(events)
+            del self._entries[span]
+            self._dirty.add(span)
+        if passed:
+            del spans[:passed]
+            self._changed = True
+        return out
+
+    def since(self, key: str, ts: int) -> list[Any]:
+        """The key's events held before this call in the spans from ``ts``'s on (a superset
+        of those at or after ``ts``): usually none or a span or two. Those added in the call
+        are not looked at (an operator takes each key's events once a call)."""
+        spans = self.spans()
+        first = bisect.bisect_left(spans, ts // SPAN_MS)
+        last = bisect.bisect_right(spans, self._last_stored, lo=first)
+        return [e for span in spans[first:last] for e in self._entry(span).get(key, ())]
+
+    def of(self, key: str) -> list[Any]:
+        """All the key's events: the bucket's log read whole, with one iteration, once per
+        call."""
+        if not self._whole:
+            for (span,), (text,) in self._state.iterator():
+                if span != INDEX_ENTRY and span not in self._entries and span not in self._dirty:
+                    self._entries[span] = read_state(text)
+            self._whole = True
+        return [e for span in self.spans() for e in self._entry(span).get(key, ())]
+
+    def add(self, key: str, ts: int, event: Any) -> None:
+        span = ts // SPAN_MS
+        spans = self.spans()
+        at = bisect.bisect_left(spans, span)
+        if at == len(spans) or spans[at] != span:
+            spans.insert(at, span)
+            self._entries.setdefault(span, {})
+            self._changed = True
+        self._entry(span).setdefault(key, []).append(event)
+        self._dirty.add(span)
+
+    def flush(self, watermark_ms: int, *, after_input: bool) -> None:
+        """Write the spans changed and the index; keep the bucket's timer at the end of
+        its earliest span
+        (:func:`~riverbed.pipelines.operators.buckets.keep_log_timer`)."""
+        for span in sorted(self._dirty):
+            entry = self._entries.get(span)
+            if entry:
+                self._state.updateValue((span,), (state_text(entry, parsed=True),))
+            else:
+                self._state.removeKey((span,))
+        if self._changed:
+            spans = self.spans()
+            if spans:
+                deltas = [spans[0]] + [b - a for a, b in itertools.pairwise(spans)]
+                self._state.updateValue((INDEX_ENTRY,), (state_text(deltas),))
+            else:
+                self._state.removeKey((INDEX_ENTRY,))
+            at = (spans[0] + 1) * SPAN_MS if spans else None
+            keep_log_timer(self._handle, at, watermark_ms=watermark_ms, after_input=after_input)
+        self._reset()
 
 
 class PatternMatches(KeyedOperator):
@@ -120,51 +272,153 @@ class PatternMatches(KeyedOperator):
         self.late_topic, self.late_key_fields = late_topic, list(late_key_fields)
         self.held_fields = None if held_fields is None else tuple(held_fields)
         self._held = self.held_fields
-        """What the key's state holds of an event: ``held_fields`` but the key field, which
-        every event of the key has (put back before ``result``, :meth:`_keyed`)."""
+        """What is held of an event: ``held_fields`` but the key field, which every event
+        of the key has (put back before ``result``, :meth:`_keyed`)."""
         if self._held is not None and key_field not in ("ts", tiebreak_field):
             self._held = tuple(f for f in self._held if f != key_field)
         self.early = early
+
+    # -- the hooks (riverbed.pipelines.operators.base) ------------------------------------
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        super().init(handle)
+        self.log = _HeldLog(handle)
+        self._keys: dict[str, KeyMatcher] = {}
+        self._watermark_ms, self._after_input = 0, False
 
     def on_input(self, key: Any, batch: pd.DataFrame, watermark_ms: int) -> OutputRows:
         by_key: dict[str, list[Event]] = {}
         parsed = loads(f"[{','.join(batch[EVENT].tolist())}]")  # one call: a third faster
         for value, event in zip(batch[KEY].tolist(), parsed, strict=True):
             by_key.setdefault(dumps(value), []).append(event)
-        self.states.expect(len(by_key))
-        out: OutputRows = []
+        out = self._release(watermark_ms, after_input=True, reading=len(by_key))
         for name, events in by_key.items():
-            out += self._advance(name, self.states.get(name), events, watermark_ms)
+            out += self._take(name, events, watermark_ms)
+        self._save()
         return out
 
-    def on_due(self, name: str, state: Any, watermark_ms: int) -> OutputRows:
-        return self._advance(name, state, [], watermark_ms)
+    def on_timer(self, key: Any, watermark_ms: int, expiry_ms: int) -> OutputRows:
+        out = self._release(watermark_ms, after_input=False, reading=0)
+        self._save()
+        return out + super().on_timer(key, watermark_ms, expiry_ms)
 
-    def _advance(
-        self, name: str, stored: Any, events: Iterable[Event], watermark_ms: int
-    ) -> OutputRows:
-        """Advance the key's matcher, store it, list it for its next timer; the output
-        rows."""
-        if stored is None:
-            ordered = OrderedMatcher(
-                self.pattern, tiebreak_field=self.tiebreak_field, held_fields=self._held
+    def on_due(self, name: str, state: Any, watermark_ms: int) -> OutputRows:
+        """A key's partial matches may have expired (nothing is released here: the log
+        releases every key's events)."""
+        out: OutputRows = []
+        if KeyMatcher.is_state(state):
+            held = self._loaded(state)
+            held.expire(release_point(watermark_ms))
+        else:  # written before held events were kept apart: its own buffer releases them
+            held, out = self._moved(name, state, [], watermark_ms)
+        self._keys[name] = held
+        self._save()
+        return out
+
+    def flush(self) -> None:
+        super().flush()
+        self.log.flush(self._watermark_ms, after_input=self._after_input)
+
+    # -- the keys' events ----------------------------------------------------------------
+
+    def _release(self, watermark_ms: int, *, after_input: bool, reading: int) -> OutputRows:
+        """At the start of a call: feed each key the events the watermark has released
+        (whole spans below it)."""
+        self._watermark_ms, self._after_input = watermark_ms, after_input
+        release_ms = release_point(watermark_ms)
+        released = self.log.release(release_ms)
+        self.states.expect(reading + len(released))
+        out: OutputRows = []
+        for name, stored in released.items():
+            events = in_event_time_order(
+                map(self._event, stored), tiebreak_field=self.tiebreak_field
             )
-        else:
-            ordered = OrderedMatcher.from_obj(
-                stored,
-                pattern=self.pattern,
-                tiebreak_field=self.tiebreak_field,
-                held_fields=self._held,
-            )
+            out += self._records(name, self._key(name).release(events, release_ms))
+        return out
+
+    def _take(self, name: str, events: list[Event], watermark_ms: int) -> OutputRows:
+        """A key's events of the micro-batch: those below the watermark aside (late), the
+        others to the log, and matched early."""
+        stored = self.states.get(name) if name not in self._keys else None
+        if stored is not None and not KeyMatcher.is_state(stored):
+            self._keys[name], out = self._moved(name, stored, events, watermark_ms)
+            return out
+        buffer = EventTimeBuffer(tiebreak_field=self.tiebreak_field, held_fields=self._held)
+        late = buffer.advance(events, watermark_ms=watermark_ms).late
+        new = buffer._held
+        key = self._key(name)
+        given: list[Match] = []
+        withdrawn: list[Match] = []
+        if new:
+            first = buffer.order(new[0])
+            after = [e for e in map(self._event, self.log.since(name, first[0]))
+                     if buffer.order(e) >= first]  # fmt: skip
+            if after:  # an event arrived before one held: match early from all of them
+                held = [*map(self._event, self.log.of(name)), *new]
+                order = in_event_time_order(held, tiebreak_field=self.tiebreak_field)
+                given, withdrawn = key.rebuild(order)
+            else:
+                given = key.append(new)
+            for event in new:
+                self.log.add(name, event["ts"], self._stored(event))
+        return self._records(name, Matched(matches=[], late=late, early=given, withdrawn=withdrawn))
+
+    def _moved(
+        self, name: str, stored: Any, events: list[Event], watermark_ms: int
+    ) -> tuple[KeyMatcher, OutputRows]:
+        """A key whose state holds its events (an :class:`OrderedMatcher`'s, written
+        before they were kept apart): advanced as it was then, and its held events moved to
+        the log."""
+        ordered = OrderedMatcher.from_obj(
+            stored, pattern=self.pattern, tiebreak_field=self.tiebreak_field, held_fields=self._held
+        )
         matched = ordered.advance(events, watermark_ms=watermark_ms, early=self.early)
-        after = ordered.next_timer_ms()
-        if after is None:
-            self.states.remove(name)  # nothing held (module docstring)
-        else:
-            self.states.put(name, ordered.to_obj(), due_ms=after)
-        # A match given early that changed is written again under its key (unless its
-        # result is the same); one that no longer stands, or now has another key, gets a
-        # tombstone.
+        for event in ordered.buffer._held:
+            self.log.add(name, event["ts"], self._stored(event))
+        return KeyMatcher.of_ordered(ordered, early=self.early), self._records(name, matched)
+
+    # -- the keys' states ----------------------------------------------------------------
+
+    def _key(self, name: str) -> KeyMatcher:
+        """The key's matcher, read once per call (a new one: its state is empty)."""
+        key = self._keys.get(name)
+        if key is None:
+            stored = self.states.get(name)
+            if stored is None:
+                key = KeyMatcher(self.pattern, early=self.early, held_fields=self._held)
+            else:
+                key = self._loaded(stored)
+            self._keys[name] = key
+        return key
+
+    def _loaded(self, stored: Any) -> KeyMatcher:
+        return KeyMatcher.from_obj(
+            stored, pattern=self.pattern, early=self.early, held_fields=self._held
+        )
+
+    def _save(self) -> None:
+        """Store the keys' matchers of the call, each listed for when its partial matches
+        expire; an empty one is removed (module docstring, "State")."""
+        for name, key in self._keys.items():
+            if key.is_empty():
+                self.states.remove(name)
+            else:
+                self.states.put(name, key.to_obj(), due_ms=key.next_expiry_ms())
+        self._keys.clear()
+
+    def _event(self, stored: Any) -> Event:
+        """An event as the log holds it (a row of the held fields, or an object)."""
+        return stored if self._held is None else dict(zip(self._held, stored, strict=True))
+
+    def _stored(self, event: Event) -> Any:
+        return event if self._held is None else [event[f] for f in self._held]
+
+    # -- the output ----------------------------------------------------------------------
+
+    def _records(self, name: str, matched: Matched) -> OutputRows:
+        """The output rows of what a key's matcher gave: a match given early that changed
+        is written again under its key (unless its result is the same); one that no longer
+        stands, or now has another key, gets a tombstone; late events go aside."""
         out: OutputRows = []
         if matched.matches or matched.early or matched.withdrawn:
             result = self._keyed(name)
@@ -172,17 +426,15 @@ class PatternMatches(KeyedOperator):
             now = {dumps(k): dumps(v) for k, v in map(result, matched.matches + matched.early)}
             out += [(self.topic, key, None) for key in was if key not in now]
             out += [(self.topic, key, value) for key, value in now.items() if was.get(key) != value]
-        reached = ordered.buffer.watermark_ms  # what the late events were compared with
-        assert reached is not None  # set by advance
         for event in matched.late:
             late_key = {field: event.get(field) for field in self.late_key_fields}
-            value = {**event, "reason": late_reason(event["ts"], reached)}
+            value = {**event, "reason": late_reason(event["ts"], self._watermark_ms)}
             out.append((self.late_topic, dumps(late_key), dumps(value)))
         return out
 
     def _keyed(self, name: str) -> Result:
         """``result`` of a match of the key ``name`` (its JSON text), given the match's
-        events with the key field put back when the state does not hold it."""
+        events with the key field put back when the log does not hold it."""
         fields = self.held_fields
         if fields is None or self._held == fields:
             return self.result
@@ -196,6 +448,12 @@ class PatternMatches(KeyedOperator):
             return self.result(keyed)
 
         return result
+
+
+def release_point(watermark_ms: int) -> int:
+    """The events below this are released when the watermark is ``watermark_ms``: the
+    start of the watermark's span (module docstring, "State")."""
+    return watermark_ms // SPAN_MS * SPAN_MS
 
 
 def match_pattern(
