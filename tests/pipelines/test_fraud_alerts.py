@@ -24,7 +24,13 @@ from pyspark.sql.streaming.tws_tester import TwsTester
 
 from riverbed.pipelines.operators.base import GC_THRESHOLD
 from riverbed.pipelines.operators.buckets import LAYOUT, SLOTS
-from riverbed.pipelines.operators.pattern_matches import HELD_STATE, KEY, SPAN_MS, PatternMatches
+from riverbed.pipelines.operators.pattern_matches import (
+    HELD_STATE,
+    KEY,
+    SPAN_MS,
+    PatternMatches,
+    _HeldLog,
+)
 from riverbed.pipelines.shop.fraud_alerts import HELD_FIELDS, alerts_processor
 from riverbed.testing.memory_states import MemoryHandle, OperatorRun
 from riverbed.testing.references import fraud_alerts
@@ -157,8 +163,9 @@ def records(frame: pd.DataFrame) -> list[tuple[str, dict[str, Any], dict[str, An
 BUCKET_OF_C1 = 7  # the tester groups by what it is given; Spark would compute the bucket
 
 
-def held_spans(tester: TwsTester) -> dict[int, dict[str, list[Any]]]:
-    """The bucket's held payments: span -> {card: rows}, the index left out."""
+def held_ranges(tester: TwsTester) -> dict[int, dict[str, list[Any]]]:
+    """The bucket's held payments: the first span of a range -> {card: rows}, the index
+    left out."""
     peeked = tester.peekMapState(HELD_STATE, BUCKET_OF_C1)
     return {span: json.loads(text) for (span,), (text,) in peeked.items() if span >= 0}
 
@@ -183,18 +190,23 @@ def test_processor_holds_payments_by_span_and_sends_late_payments_aside() -> Non
         return [p["payment_id"], p["status"], p["ts"]]
 
     second = SPAN_MS
-    # A payment is held in the bucket's span of its time, as a row without the card; the
-    # bucket's timer is at the end of its earliest span. An approval alone can start no
-    # match: the card has no state.
+    # A payment is held in the bucket's range of spans (seconds) that covers its time, as
+    # a row without the card; the bucket's timer is at the end of its earliest span. An
+    # approval alone can start no match: the card has no state.
     approval = pay("a", A, BASE + 3 * MINUTE)
     assert records(feed(approval)) == []
-    assert held_spans(tester) == {(BASE + 3 * MINUTE) // second: {'"c1"': [row(approval)]}}
+    assert held_ranges(tester) == {(BASE + 3 * MINUTE) // second: {'"c1"': [row(approval)]}}
     assert card() is None
     assert timers() == {BASE + 3 * MINUTE + second}
-    # Out of order: held too, and not released before the watermark passes their spans.
+    # Out of order: held too, in one range from the first one's span (the approval's range
+    # does not cover them), and not released before the watermark passes their spans.
     declines = [pay("d2", D, BASE + MINUTE), pay("d1", D, BASE)]
     assert records(feed(*declines)) == []
-    assert len(held_spans(tester)) == 3 and card() is None  # 2 declines: no match yet
+    assert held_ranges(tester) == {
+        BASE // second: {'"c1"': [row(declines[1]), row(declines[0])]},
+        (BASE + 3 * MINUTE) // second: {'"c1"': [row(approval)]},
+    }
+    assert card() is None  # 2 declines: no match yet
     assert timers() == {BASE + second, BASE + 3 * MINUTE + second}
     # The third decline before the approval: the alert is written at once (early), long
     # before the watermark passes the payments; the card keeps it, to settle it.
@@ -217,18 +229,18 @@ def test_processor_holds_payments_by_span_and_sends_late_payments_aside() -> Non
     # The watermark at the approval's time: the declines' spans are released, not the
     # approval's (the watermark has not passed the whole of it).
     assert records(tester.setWatermark(BASE + 3 * MINUTE)) == []
-    assert list(held_spans(tester)) == [(BASE + 3 * MINUTE) // second]
+    assert list(held_ranges(tester)) == [(BASE + 3 * MINUTE) // second]
     # Once the watermark has passed the approval's span, the alert stands as written: not
     # again, and nothing is left (the timer for the declines' expiry fires for nothing).
     assert records(tester.setWatermark(BASE + 3 * MINUTE + second)) == []
-    assert card() is None and held_spans(tester) == {}
+    assert card() is None and held_ranges(tester) == {}
     assert records(tester.setWatermark(BASE + 10 * MINUTE + second)) == []
     assert timers() == set()
 
     # Declines released into the matcher: listed for each one's expiry, in turn.
     feed(pay("d4", D, BASE + 12 * MINUTE), pay("d5", D, BASE + 13 * MINUTE))
     assert records(tester.setWatermark(BASE + 13 * MINUTE + second)) == []
-    assert held_spans(tester) == {}
+    assert held_ranges(tester) == {}
     assert (state := card()) is not None and state[1] == BASE + 22 * MINUTE + second
     assert records(tester.setWatermark(BASE + 22 * MINUTE + second)) == []
     assert (state := card()) is not None and state[1] == BASE + 23 * MINUTE + second
@@ -245,7 +257,7 @@ def test_processor_holds_payments_by_span_and_sends_late_payments_aside() -> Non
         f"{BASE + 30 * MINUTE}, so the events after it may already have been matched without it"
     )
     assert value == late
-    assert card() is None and held_spans(tester) == {} and timers() == set()
+    assert card() is None and held_ranges(tester) == {} and timers() == set()
 
 
 @pytest.mark.parametrize("version", [3, 4])
@@ -273,7 +285,7 @@ def test_a_card_state_that_holds_its_payments_moves_them_to_the_bucket(version: 
     # More declines and an approval after them, in the same call that moves the payments.
     more = [pay("d9", D, BASE + 4 * MINUTE), pay("e", A, BASE + 5 * MINUTE)]
     assert records(tester.testInPandas(BUCKET_OF_C1, rows(*more))) == []  # 1 decline only
-    assert sorted(p for span in held_spans(tester).values() for p in span['"c1"']) == sorted(
+    assert sorted(p for span in held_ranges(tester).values() for p in span['"c1"']) == sorted(
         [p["payment_id"], p["status"], p["ts"]] for p in sequence + more
     )
     state = slot_entries(tester.peekMapState("matchers", BUCKET_OF_C1))['"c1"'][0]
@@ -288,7 +300,48 @@ def test_a_card_state_that_holds_its_payments_moves_them_to_the_bucket(version: 
     ]  # fmt: skip
     assert records(tester.setWatermark(BASE + 6 * MINUTE)) == []  # both stand as written
     assert slot_entries(tester.peekMapState("matchers", BUCKET_OF_C1)) == {}
-    assert held_spans(tester) == {}
+    assert held_ranges(tester) == {}
+
+
+def test_a_bucket_holds_payments_in_ranges_of_spans_and_releases_them_by_span() -> None:
+    """The log of held payments: a call's payments beyond the ranges make one new range
+    per gap, those a range covers go in it; a release takes the whole spans below the
+    release point, and keeps a range it passes in part from its earliest payment left."""
+    handle = MemoryHandle()
+    log = _HeldLog(handle, ts_at=2)
+
+    def add(key: str, *seconds: float) -> None:
+        for s in seconds:
+            ts = BASE + int(s * 1000)
+            log.add(key, ts, [f"p{s}", D, ts])
+
+    def ranges() -> list[list[int]]:
+        return [[start - BASE // SPAN_MS, end - BASE // SPAN_MS] for start, end in log.ranges()]
+
+    add("a", 0.5, 3.2)
+    add("b", 1.0)
+    log.flush(0, after_input=True)
+    assert ranges() == [[0, 4]] and handle.timers == {BASE + SPAN_MS}
+    add("a", 10, 2.5)  # one in the range, one beyond it
+    log.flush(0, after_input=True)
+    assert ranges() == [[0, 4], [10, 11]]
+    assert handle.maps[HELD_STATE].calls < 12  # an entry a range, not a span
+    # Those of the ranges that reach a time (the caller compares the times).
+    assert [e[0] for e in log.since("a", BASE + 3000)] == ["p0.5", "p3.2", "p2.5", "p10"]
+    assert [e[0] for e in log.since("a", BASE + 5000)] == ["p10"]
+    # Released up to 3 s: the first range's spans 0-2; it is kept from 3.2 s on.
+    released = log.release(BASE + 3 * SPAN_MS)
+    assert {k: sorted(e[0] for e in v) for k, v in released.items()} == {
+        "a": ["p0.5", "p2.5"],
+        "b": ["p1.0"],
+    }
+    log.flush(BASE + 3 * SPAN_MS, after_input=False)
+    assert ranges() == [[3, 4], [10, 11]] and handle.timers >= {BASE + 4 * SPAN_MS}
+    assert [e[0] for e in log.of("a")] == ["p3.2", "p10"] and log.of("b") == []
+    assert log.release(BASE + 20 * SPAN_MS).keys() == {"a"}
+    log.flush(BASE + 20 * SPAN_MS, after_input=True)
+    assert log.ranges() == [] and handle.maps[HELD_STATE].entries == {}
+    assert handle.timers == set()
 
 
 @pytest.mark.parametrize(

@@ -136,109 +136,158 @@ def late_reason(ts: int, watermark_ms: int) -> str:
 
 class _HeldLog:
     """A bucket's held events (module docstring, "State"): map state :data:`HELD_STATE`,
-    entry ``s`` the events with ``ts`` in span ``s`` (``[s * SPAN_MS, (s + 1) * SPAN_MS)``)
-    as the JSON object ``{key: [event, ...]}``, in arrival order, and entry
-    :data:`INDEX_ENTRY` the spans present, sorted (the first, then each one's distance from
-    the one before). Reads go through a cache; :meth:`flush` at the end of every call."""
+    entry ``s`` the events of a *range* of spans from span ``s`` on (span ``n`` being the
+    event time ``[n * SPAN_MS, (n + 1) * SPAN_MS)``), as the JSON object ``{key: [event,
+    ...]}``; entry :data:`INDEX_ENTRY` the ranges, sorted and apart (each one's start, then
+    its length, each number as the distance from the number before). A call's events go to
+    the ranges that cover their spans, and those beyond them to one new range per gap: so
+    a call that adds seconds of events writes one or two entries, and one that adds an
+    hour of them (a large micro-batch) writes one too. Reads go through a cache;
+    :meth:`flush` at the end of every call."""
 
-    def __init__(self, handle: StatefulProcessorHandle) -> None:
+    def __init__(self, handle: StatefulProcessorHandle, *, ts_at: int | None) -> None:
         self._handle = handle
         self._state = handle.getMapState(HELD_STATE, "span LONG", "events STRING")
+        self._ts_at = ts_at
+        """Where an event's ``ts`` is: its index in a row, or None for an object."""
         self._reset()
 
     def _reset(self) -> None:
-        self._spans: list[int] | None = None
-        self._last_stored = -1
-        """The last span present at the start of the call."""
+        self._ranges: list[list[int]] | None = None
         self._entries: dict[int, dict[str, list[Any]]] = {}
         self._dirty: set[int] = set()
+        self._removed: set[int] = set()
+        self._added: dict[int, list[tuple[str, Any]]] = {}
         self._whole = False
         self._changed = False
 
-    def spans(self) -> list[int]:
-        """The spans present, sorted."""
-        if self._spans is None:
+    def ranges(self) -> list[list[int]]:
+        """The ranges present, ``[start, end]`` (spans, the end not included), sorted."""
+        if self._ranges is None:
             stored = self._state.getValue((INDEX_ENTRY,))
-            deltas = [] if stored is None else read_state(stored[0])
-            self._spans = list(itertools.accumulate(deltas))
-            self._last_stored = self._spans[-1] if self._spans else -1
-        return self._spans
+            bounds = list(itertools.accumulate([] if stored is None else read_state(stored[0])))
+            self._ranges = [[bounds[i], bounds[i + 1]] for i in range(0, len(bounds), 2)]
+        return self._ranges
 
-    def _entry(self, span: int) -> dict[str, list[Any]]:
-        entry = self._entries.get(span)
+    def _entry(self, start: int) -> dict[str, list[Any]]:
+        entry = self._entries.get(start)
         if entry is None:
-            stored = None
-            if not self._whole and span in self.spans():
-                stored = self._state.getValue((span,))
-            entry = self._entries[span] = {} if stored is None else read_state(stored[0])
+            stored = None if self._whole else self._state.getValue((start,))
+            entry = self._entries[start] = {} if stored is None else read_state(stored[0])
         return entry
 
     def release(self, release_ms: int) -> dict[str, list[Any]]:
         """Take out the events below ``release_ms`` (a multiple of :data:`SPAN_MS`): each
-        key's, in the order of their spans."""
-        spans = self.spans()
-        passed = bisect.bisect_left(spans, release_ms // SPAN_MS)
+        key's, in no particular order. A range it passes in part is kept from the span of
+        its earliest event left."""
+        ranges, cut = self.ranges(), release_ms // SPAN_MS
         out: dict[str, list[Any]] = {}
-        for span in spans[:passed]:
-            for key, events in self._entry(span).items():
-                out.setdefault(key, []).extend(events)
-            del self._entries[span]
-            self._dirty.add(span)
+        kept: dict[str, list[Any]] = {}
+        passed = 0
+        while passed < len(ranges) and ranges[passed][0] < cut:
+            start, end = ranges[passed]
+            for key, events in self._entry(start).items():
+                for event in events:
+                    if self._ts(event) < release_ms:
+                        out.setdefault(key, []).append(event)
+                    else:
+                        kept.setdefault(key, []).append(event)
+            del self._entries[start]
+            self._removed.add(start)
+            passed += 1
         if passed:
-            del spans[:passed]
             self._changed = True
+            end = ranges[passed - 1][1]
+            del ranges[:passed]
+            if kept:  # from the last range passed (the others end before the cut)
+                start = min(self._ts(e) for events in kept.values() for e in events) // SPAN_MS
+                ranges.insert(0, [start, end])
+                self._entries[start] = kept
+                self._removed.discard(start)
+                self._dirty.add(start)
         return out
 
     def since(self, key: str, ts: int) -> list[Any]:
-        """The key's events held before this call in the spans from ``ts``'s on (a superset
-        of those at or after ``ts``): usually none or a span or two. Those added in the call
-        are not looked at (an operator takes each key's events once a call)."""
-        spans = self.spans()
-        first = bisect.bisect_left(spans, ts // SPAN_MS)
-        last = bisect.bisect_right(spans, self._last_stored, lo=first)
-        return [e for span in spans[first:last] for e in self._entry(span).get(key, ())]
+        """The key's events held before this call in the ranges that reach ``ts``'s span
+        (a superset of those at or after ``ts``): usually none, or those of the last range.
+        Those added in the call are not looked at (an operator takes each key's events once
+        a call)."""
+        span = ts // SPAN_MS
+        return [
+            event
+            for start, end in self.ranges()
+            if end > span
+            for event in self._entry(start).get(key, ())
+        ]
 
     def of(self, key: str) -> list[Any]:
-        """All the key's events: the bucket's log read whole, with one iteration, once per
-        call."""
+        """All the key's events held before this call: the bucket's log read whole, with one
+        iteration, once per call."""
         if not self._whole:
-            for (span,), (text,) in self._state.iterator():
-                if span != INDEX_ENTRY and span not in self._entries and span not in self._dirty:
-                    self._entries[span] = read_state(text)
+            for (start,), (text,) in self._state.iterator():
+                known = start in self._entries or start in self._removed
+                if start != INDEX_ENTRY and not known:
+                    self._entries[start] = read_state(text)
             self._whole = True
-        return [e for span in self.spans() for e in self._entry(span).get(key, ())]
+        return [e for start, _ in self.ranges() for e in self._entry(start).get(key, ())]
 
     def add(self, key: str, ts: int, event: Any) -> None:
-        span = ts // SPAN_MS
-        spans = self.spans()
-        at = bisect.bisect_left(spans, span)
-        if at == len(spans) or spans[at] != span:
-            spans.insert(at, span)
-            self._entries.setdefault(span, {})
+        """Hold ``event`` (its time ``ts``), placed at :meth:`flush`."""
+        self._added.setdefault(ts // SPAN_MS, []).append((key, event))
+
+    def _place(self) -> None:
+        """Put the events added in their ranges: a span a range covers, in it; the others,
+        in a new range per gap between the ranges (:meth:`release` has run: no range
+        starts at a span of theirs)."""
+        ranges = self.ranges()
+        starts = [start for start, _ in ranges]
+        gaps: dict[int, list[int]] = {}
+        for span in sorted(self._added):
+            at = bisect.bisect_right(starts, span) - 1
+            if at >= 0 and span < ranges[at][1]:
+                start = ranges[at][0]
+                entry = self._entry(start)
+                for key, event in self._added[span]:
+                    entry.setdefault(key, []).append(event)
+                self._dirty.add(start)
+            else:
+                gaps.setdefault(at, []).append(span)
+        for spans in gaps.values():
+            start, entry = spans[0], {}
+            for span in spans:
+                for key, event in self._added[span]:
+                    entry.setdefault(key, []).append(event)
+            bisect.insort(ranges, [start, spans[-1] + 1])
+            self._entries[start] = entry
+            self._removed.discard(start)
+            self._dirty.add(start)
             self._changed = True
-        self._entry(span).setdefault(key, []).append(event)
-        self._dirty.add(span)
 
     def flush(self, watermark_ms: int, *, after_input: bool) -> None:
-        """Write the spans changed and the index; keep the bucket's timer at the end of
-        its earliest span
+        """Place the events added, write the entries changed and the index; keep the
+        bucket's timer at the end of its earliest range's first span
         (:func:`~riverbed.pipelines.operators.buckets.keep_log_timer`)."""
-        for span in sorted(self._dirty):
-            entry = self._entries.get(span)
-            if entry:
-                self._state.updateValue((span,), (state_text(entry, parsed=True),))
-            else:
-                self._state.removeKey((span,))
+        if self._added:
+            self._place()
+        for start in sorted(self._removed - self._dirty):
+            self._state.removeKey((start,))
+        for start in sorted(self._dirty):
+            self._state.updateValue((start,), (state_text(self._entries[start], parsed=True),))
         if self._changed:
-            spans = self.spans()
-            if spans:
-                deltas = [spans[0]] + [b - a for a, b in itertools.pairwise(spans)]
+            ranges = self.ranges()
+            if ranges:
+                bounds = [bound for pair in ranges for bound in pair]
+                deltas = [bounds[0]] + [b - a for a, b in itertools.pairwise(bounds)]
                 self._state.updateValue((INDEX_ENTRY,), (state_text(deltas),))
             else:
                 self._state.removeKey((INDEX_ENTRY,))
-            at = (spans[0] + 1) * SPAN_MS if spans else None
+            at = (ranges[0][0] + 1) * SPAN_MS if ranges else None
             keep_log_timer(self._handle, at, watermark_ms=watermark_ms, after_input=after_input)
         self._reset()
+
+    def _ts(self, event: Any) -> int:
+        ts: int = event["ts"] if self._ts_at is None else event[self._ts_at]
+        return ts
 
 
 class PatternMatches(KeyedOperator):
@@ -282,7 +331,7 @@ class PatternMatches(KeyedOperator):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         super().init(handle)
-        self.log = _HeldLog(handle)
+        self.log = _HeldLog(handle, ts_at=None if self._held is None else self._held.index("ts"))
         self._keys: dict[str, KeyMatcher] = {}
         self._watermark_ms, self._after_input = 0, False
 
