@@ -758,7 +758,7 @@ def test_a_key_matcher_matches_early_from_its_spec_and_keeps_its_state_as_rows()
     assert alert(given)[1] == fraud("p09", 3, minute, 5 * minute)
     state = key.to_obj()
     rows = [[e[f] for f in fields] for e in [*declines, approval]]
-    assert state == [5, None, [], [[rows[:3], rows[3:]]], 5 * minute, []]
+    assert state == [5, None, [], [[rows[:3], rows[3:]]], 5 * minute, 0]  # 0: the matcher's
     assert KeyMatcher.is_state(state) and not KeyMatcher.is_state([4, *state[1:]])
     key = KeyMatcher.from_obj(json.loads(json.dumps(state)), pattern=FRAUD, early=True,
                               held_fields=fields)  # fmt: skip
@@ -775,6 +775,16 @@ def test_a_key_matcher_matches_early_from_its_spec_and_keeps_its_state_as_rows()
     released = [{f: e[f] for f in fields} for e in [earlier, *declines, approval]]
     settled = key.release(released, 5 * minute + 1)
     assert settled.matches == [] and settled.withdrawn == [] and key.is_empty()
+    # Every payment read released: the spec's events are the matcher's, kept once.
+    later = [{f: e[f] for f in fields} for e in (payment(20 + n, "declined", (6 + n) * minute)
+                                                  for n in range(2))]  # fmt: skip
+    key.append(later)
+    key.release(later, 8 * minute)
+    state = key.to_obj()
+    assert state[2] == [list(e.values()) for e in later]
+    assert state[5] == 0
+    again = KeyMatcher.from_obj(state, pattern=FRAUD, early=True, held_fields=fields)
+    assert again.to_obj() == state and len(again.spec or []) == 2
     with pytest.raises(ValueError, match="not a CEP key state of version 5"):
         KeyMatcher.from_obj([4, *state[1:]], pattern=FRAUD, early=True, held_fields=fields)
 

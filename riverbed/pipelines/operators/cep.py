@@ -765,6 +765,9 @@ class OrderedMatcher:
 
 KEY_STATE_VERSION = 5
 """The version of :class:`KeyMatcher`'s state."""
+SAME_EVENTS = 0
+"""In :class:`KeyMatcher`'s state, the spec's events when they are the matcher's (every
+event read has been released to it): kept once."""
 
 
 class KeyMatcher:
@@ -786,7 +789,8 @@ class KeyMatcher:
     one, so its state can be dropped even while the log holds events of it.
 
     State: ``[5, frontier_ms, matcher events, early matches, spec frontier_ms, spec
-    events]`` (the spec's two null when not matching early), the events as rows of
+    events]`` (the spec's two null when not matching early; its events
+    :data:`SAME_EVENTS` when they are the matcher's), the events as rows of
     ``held_fields`` when given (as :class:`OrderedMatcher`'s version 4), else objects."""
 
     def __init__(
@@ -866,13 +870,21 @@ class KeyMatcher:
         def events(matcher: Matcher) -> list[Any]:
             return [stored(event) for event, _ in matcher._held]
 
+        held = events(self.matcher)
+        spec_held: list[Any] | int | None = None
+        if spec is not None:
+            pairs = zip(spec._held, self.matcher._held, strict=False)
+            same = len(spec._held) == len(self.matcher._held) and all(
+                a is b or a == b for (a, _), (b, _) in pairs
+            )
+            spec_held = SAME_EVENTS if same else events(spec)
         return [
             KEY_STATE_VERSION,
             self.matcher._frontier_ms,
-            events(self.matcher),
+            held,
             [[[stored(e) for e in match[name]] for name in names] for match in self.early],
             None if spec is None else spec._frontier_ms,
-            None if spec is None else events(spec),
+            spec_held,
         ]
 
     @classmethod
@@ -903,7 +915,9 @@ class KeyMatcher:
         key.held_fields = fields
         key.matcher = Matcher._load(frontier, [event(e) for e in held], pattern)
         key.spec = None
-        if early:
+        if early and spec_held == SAME_EVENTS:
+            key.spec = Matcher._load(spec_frontier, [e for e, _ in key.matcher._held], pattern)
+        elif early:
             key.spec = Matcher._load(spec_frontier, [event(e) for e in spec_held or []], pattern)
         key.early = [
             {
