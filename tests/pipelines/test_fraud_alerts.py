@@ -27,6 +27,7 @@ from riverbed.pipelines.operators.buckets import LAYOUT, SLOTS
 from riverbed.pipelines.operators.pattern_matches import (
     HELD_STATE,
     KEY,
+    READ_ONE_BY_ONE,
     SPAN_MS,
     PatternMatches,
     _HeldLog,
@@ -338,8 +339,15 @@ def test_a_bucket_holds_payments_in_ranges_of_spans_and_releases_them_by_span() 
     log.flush(BASE + 3 * SPAN_MS, after_input=False)
     assert ranges() == [[3, 4], [10, 11]] and handle.timers >= {BASE + 4 * SPAN_MS}
     assert [e[0] for e in log.of("a")] == ["p3.2", "p10"] and log.of("b") == []
-    assert log.release(BASE + 20 * SPAN_MS).keys() == {"a"}
-    log.flush(BASE + 20 * SPAN_MS, after_input=True)
+    log.flush(BASE + 3 * SPAN_MS, after_input=False)
+    for s in range(20, 40, 2):  # ranges apart: more than are read one by one
+        add("b", s)
+        log.flush(BASE + 3 * SPAN_MS, after_input=False)
+    assert len(log.ranges()) == 12 > READ_ONE_BY_ONE
+    assert [e[0] for e in log.of("b")] == [f"p{s}" for s in range(20, 40, 2)]
+    assert [e[0] for e in log.of("a")] == ["p3.2", "p10"]
+    assert log.release(BASE + 40 * SPAN_MS).keys() == {"a", "b"}
+    log.flush(BASE + 40 * SPAN_MS, after_input=True)
     assert log.ranges() == [] and handle.maps[HELD_STATE].entries == {}
     assert handle.timers == set()
 

@@ -119,7 +119,10 @@ watermark has passed them."""
 HELD_STATE = "held"
 """The map state of a bucket's held events, by span."""
 INDEX_ENTRY = -1
-"""The entry of :data:`HELD_STATE` that lists the spans present."""
+"""The entry of :data:`HELD_STATE` that lists the ranges present."""
+READ_ONE_BY_ONE = 8
+"""A bucket's log is read whole with a ``getValue`` a range when at most this many ranges
+are not read yet, else with one iteration of the map state."""
 
 Result = Callable[[Match], tuple[dict[str, Any], dict[str, Any]]]
 """A match's output (key, value), both JSON objects."""
@@ -221,13 +224,19 @@ class _HeldLog:
         ]
 
     def of(self, key: str) -> list[Any]:
-        """All the key's events held before this call: the bucket's log read whole, with one
-        iteration, once per call."""
+        """All the key's events held before this call: the bucket's log read whole, once per
+        call (a range at a time when few are not read yet: an iteration of the map state
+        would also fetch the entries released in the call, not yet removed)."""
         if not self._whole:
-            for (start,), (text,) in self._state.iterator():
-                known = start in self._entries or start in self._removed
-                if start != INDEX_ENTRY and not known:
-                    self._entries[start] = read_state(text)
+            unread = [start for start, _ in self.ranges() if start not in self._entries]
+            if len(unread) <= READ_ONE_BY_ONE:
+                for start in unread:
+                    self._entry(start)
+            else:
+                for (start,), (text,) in self._state.iterator():
+                    known = start in self._entries or start in self._removed
+                    if start != INDEX_ENTRY and not known:
+                        self._entries[start] = read_state(text)
             self._whole = True
         return [e for start, _ in self.ranges() for e in self._entry(start).get(key, ())]
 
