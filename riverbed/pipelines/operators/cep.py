@@ -99,6 +99,7 @@ __all__ = [
     "at_least",
     "between",
     "in_event_time_order",
+    "stored_events",
     "times",
 ]
 
@@ -565,6 +566,39 @@ def _difference(ours: Sequence[Match], theirs: Sequence[Match]) -> list[Match]:
     return out
 
 
+def _settle(
+    early: list[Match], matches: list[Match], released_ms: int, matcher: Matcher
+) -> tuple[list[Match], list[Match], list[Match]]:
+    """The early matches still to settle, the matches to give and the early ones
+    withdrawn, once every event below ``released_ms`` has been released and fed to
+    ``matcher``, giving ``matches``: those are what the early matches whose last events
+    were released become."""
+    last = matcher._shape.names[-1]
+    passed = 0
+    while passed < len(early) and early[passed][last][-1]["ts"] < released_ms:
+        passed += 1
+    settled = early[:passed]
+    return early[passed:], _difference(matches, settled), _difference(settled, matches)
+
+
+def stored_events(
+    fields: Sequence[str] | None,
+) -> tuple[Callable[[Event], Any], Callable[[Any], Event]]:
+    """How a state keeps events given the ``fields`` held: (event -> stored, stored ->
+    event), a list of the fields in their order, or the event itself (``None``)."""
+    if fields is None:
+        return (lambda event: event), (lambda stored: stored)
+    names, row = tuple(fields), _row_of(fields)
+
+    def to_stored(event: Event) -> Any:
+        return list(row(event))  # a tuple: as a list, what a state read back holds
+
+    def to_event(stored: Any) -> Event:
+        return dict(zip(names, stored, strict=True))
+
+    return to_stored, to_event
+
+
 def _row_of(fields: Sequence[str]) -> Callable[[Event], tuple[Any, ...]]:
     """A function giving an event's row of ``fields`` as a tuple."""
     if len(fields) == 1:
@@ -639,21 +673,12 @@ class OrderedMatcher:
             withdrawn += changed
         return Matched(matches=matches, late=released.late, early=given, withdrawn=withdrawn)
 
-    def _last_ts(self, match: Match) -> int:
-        last: int = match[self.matcher._shape.names[-1]][-1]["ts"]
-        return last
-
     def _settle(self, matches: list[Match]) -> tuple[list[Match], list[Match]]:
-        """The matches to give and the early ones withdrawn, once the watermark has passed
-        the last events of early matches: those last events have just been released and
-        fed, so ``matches`` are what the early ones become."""
+        """:func:`_settle` at the watermark (the buffer has released what is below it)."""
         watermark = self.buffer.watermark_ms
         assert watermark is not None  # set by the buffer's advance
-        passed = 0
-        while passed < len(self.early) and self._last_ts(self.early[passed]) < watermark:
-            passed += 1
-        settled, self.early = self.early[:passed], self.early[passed:]
-        return _difference(matches, settled), _difference(settled, matches)
+        self.early, matches, withdrawn = _settle(self.early, matches, watermark, self.matcher)
+        return matches, withdrawn
 
     def _match_early(self) -> tuple[list[Match], list[Match]]:
         """The early matches new or changed, and those withdrawn: a copy of the matcher fed
@@ -689,14 +714,14 @@ class OrderedMatcher:
                 [event for event, _ in matcher._held],
                 [[match[name] for name in steps] for match in self.early],
             ]
-        row = _row_of(buffer.held_fields)  # a tuple: as a list, what a state read back holds
+        row = stored_events(buffer.held_fields)[0]
         return [
             ROWS_STATE_VERSION,
             buffer.watermark_ms,
-            [list(row(event)) for event in buffer._held],
+            [row(event) for event in buffer._held],
             matcher._frontier_ms,
-            [list(row(event)) for event, _ in matcher._held],
-            [[[list(row(e)) for e in match[name]] for name in steps] for match in self.early],
+            [row(event) for event, _ in matcher._held],
+            [[[row(e) for e in match[name]] for name in steps] for match in self.early],
         ]
 
     def to_state(self) -> str:
@@ -721,12 +746,11 @@ class OrderedMatcher:
             and value[0] == ROWS_STATE_VERSION
             and held_fields is not None
         ):
-            fields = tuple(held_fields)
+            event = stored_events(held_fields)[1]
             _, watermark_ms, buffered, frontier_ms, matching, rows = value
-            buffered = [dict(zip(fields, row, strict=True)) for row in buffered]
-            matching = [dict(zip(fields, row, strict=True)) for row in matching]
-            early = [[[dict(zip(fields, row, strict=True)) for row in step] for step in match]
-                     for match in rows]  # fmt: skip
+            buffered = [event(row) for row in buffered]
+            matching = [event(row) for row in matching]
+            early = [[[event(row) for row in step] for step in match] for match in rows]
         elif isinstance(value, list) and len(value) == 6 and value[0] == ORDERED_STATE_VERSION:
             _, watermark_ms, buffered, frontier_ms, matching, early = value
         elif isinstance(value, list) and len(value) == 5 and value[0] == WITHOUT_EARLY_VERSION:
@@ -816,12 +840,7 @@ class KeyMatcher:
         self.expire(release_ms)
         withdrawn: list[Match] = []
         if self.early:
-            passed = 0
-            names = self.matcher._shape.names
-            while passed < len(self.early) and self.early[passed][names[-1]][-1]["ts"] < release_ms:
-                passed += 1
-            settled, self.early = self.early[:passed], self.early[passed:]
-            matches, withdrawn = _difference(matches, settled), _difference(settled, matches)
+            self.early, matches, withdrawn = _settle(self.early, matches, release_ms, self.matcher)
         return Matched(matches=matches, late=[], withdrawn=withdrawn)
 
     def expire(self, release_ms: int) -> None:
@@ -859,13 +878,7 @@ class KeyMatcher:
 
     def to_obj(self) -> list[Any]:
         names, spec = self.matcher._shape.names, self.spec
-        if self.held_fields is None:
-            stored: Callable[[Event], Any] = dict
-        else:
-            row = _row_of(self.held_fields)  # a tuple: as a list, what a state read back holds
-
-            def stored(event: Event) -> Any:
-                return list(row(event))
+        stored = stored_events(self.held_fields)[0]
 
         def events(matcher: Matcher) -> list[Any]:
             return [stored(event) for event, _ in matcher._held]
@@ -906,13 +919,9 @@ class KeyMatcher:
             raise ValueError(f"not a CEP key state of version {KEY_STATE_VERSION}: "
                              f"{str(value)[:100]!r}")  # fmt: skip
         _, frontier, held, matches, spec_frontier, spec_held = value
-        fields = None if held_fields is None else tuple(held_fields)
-
-        def event(stored: Any) -> Event:
-            return stored if fields is None else dict(zip(fields, stored, strict=True))
-
+        event = stored_events(held_fields)[1]
         key = cls.__new__(cls)
-        key.held_fields = fields
+        key.held_fields = None if held_fields is None else tuple(held_fields)
         key.matcher = Matcher._load(frontier, [event(e) for e in held], pattern)
         key.spec = None
         if early and spec_held == SAME_EVENTS:

@@ -90,6 +90,7 @@ from riverbed.pipelines.operators.cep import (
     OrderedMatcher,
     Pattern,
     in_event_time_order,
+    stored_events,
 )
 from riverbed.pipelines.operators.json_rows import dumps, loads, read_state, state_text
 
@@ -340,6 +341,7 @@ class PatternMatches(KeyedOperator):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         super().init(handle)
+        self._stored, self._event = stored_events(self._held)  # here: closures do not pickle
         self.log = _HeldLog(handle, ts_at=None if self._held is None else self._held.index("ts"))
         self._keys: dict[str, KeyMatcher] = {}
         self._watermark_ms, self._after_input = 0, False
@@ -397,14 +399,16 @@ class PatternMatches(KeyedOperator):
     def _take(self, name: str, events: list[Event], watermark_ms: int) -> OutputRows:
         """A key's events of the micro-batch: those below the watermark aside (late), the
         others to the log, and matched early."""
-        stored = self.states.get(name) if name not in self._keys else None
-        if stored is not None and not KeyMatcher.is_state(stored):
-            self._keys[name], out = self._moved(name, stored, events, watermark_ms)
-            return out
+        key = self._keys.get(name)
+        if key is None:
+            stored = self.states.get(name)
+            if stored is not None and not KeyMatcher.is_state(stored):
+                self._keys[name], out = self._moved(name, stored, events, watermark_ms)
+                return out
+            key = self._keys[name] = self._loaded(stored)
         buffer = EventTimeBuffer(tiebreak_field=self.tiebreak_field, held_fields=self._held)
         late = buffer.advance(events, watermark_ms=watermark_ms).late
         new = buffer._held
-        key = self._key(name)
         given: list[Match] = []
         withdrawn: list[Match] = []
         if new:
@@ -441,15 +445,13 @@ class PatternMatches(KeyedOperator):
         """The key's matcher, read once per call (a new one: its state is empty)."""
         key = self._keys.get(name)
         if key is None:
-            stored = self.states.get(name)
-            if stored is None:
-                key = KeyMatcher(self.pattern, early=self.early, held_fields=self._held)
-            else:
-                key = self._loaded(stored)
-            self._keys[name] = key
+            key = self._keys[name] = self._loaded(self.states.get(name))
         return key
 
     def _loaded(self, stored: Any) -> KeyMatcher:
+        """The matcher of a stored state of this version, or a new one (None)."""
+        if stored is None:
+            return KeyMatcher(self.pattern, early=self.early, held_fields=self._held)
         return KeyMatcher.from_obj(
             stored, pattern=self.pattern, early=self.early, held_fields=self._held
         )
@@ -463,13 +465,6 @@ class PatternMatches(KeyedOperator):
             else:
                 self.states.put(name, key.to_obj(), due_ms=key.next_expiry_ms())
         self._keys.clear()
-
-    def _event(self, stored: Any) -> Event:
-        """An event as the log holds it (a row of the held fields, or an object)."""
-        return stored if self._held is None else dict(zip(self._held, stored, strict=True))
-
-    def _stored(self, event: Event) -> Any:
-        return event if self._held is None else [event[f] for f in self._held]
 
     # -- the output ----------------------------------------------------------------------
 
