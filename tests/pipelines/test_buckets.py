@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from riverbed.pipelines.operators.buckets import LAYOUT_SLOT, KeyedStates, round_up
+from riverbed.pipelines.operators.buckets import LAYOUT_SLOT, KeyedStates, read_slot, round_up
 from riverbed.pipelines.operators.json_rows import json_text
 from riverbed.testing.memory_states import MemoryHandle, MemoryMapState
 
@@ -67,7 +67,7 @@ def test_a_slot_is_read_and_written_once_per_flush() -> None:
     for key in keys:  # a slot left empty is removed
         s.remove(key)
     s.flush()
-    assert stored.entries == {(LAYOUT_SLOT,): ('{"#":3}',)}
+    assert stored.entries == {(LAYOUT_SLOT,): ("#3",)}
 
 
 def test_a_call_that_reads_many_keys_reads_the_whole_bucket_at_once() -> None:
@@ -322,8 +322,7 @@ def test_a_key_listed_nowhere_is_kept_without_a_time_and_the_old_form_still_read
     s.put("b", {"x": 2}, due_ms=25)
     s.flush()
     (slot,) = [v for (k,), (v,) in handle.maps["s"].entries.items() if k != LAYOUT_SLOT]
-    assert json.loads(slot) == {"a": [{"x": 1}], "b": [{"x": 2}, 30], "#": 1}
-    assert "null" not in slot
+    assert slot == '#1\na\t[{"x":1}]\nb\t[{"x":2},30]'
     handle.maps["s"].entries[(0,)] = ('{"a":[{"x":1},null],"b":[{"x":2},30],"#":1}',)
     assert s.get("a") == {"x": 1}
     s.put("a", {"x": 3}, due_ms=40)  # listed now: it was listed nowhere
@@ -332,4 +331,51 @@ def test_a_key_listed_nowhere_is_kept_without_a_time_and_the_old_form_still_read
     s.put("a", {"x": 3})
     s.flush()
     (slot,) = [v for (k,), (v,) in handle.maps["s"].entries.items() if k != LAYOUT_SLOT]
-    assert json.loads(slot) == {"a": [{"x": 3}], "b": [{"x": 2}], "#": 1}  # b: swept
+    assert slot == '#1\na\t[{"x":3}]\nb\t[{"x":2}]'  # b: swept
+
+
+def test_a_key_not_put_is_written_back_as_it_was_read() -> None:
+    """A slot is split into its keys' lines when read; a key's state is parsed only when
+    the key is read, and a key not put keeps its text, byte for byte (here with spaces that
+    no writer of riverbed's puts in), even if its state was changed in place."""
+    handle = MemoryHandle()
+    handle.maps["s"] = MemoryMapState()
+    handle.maps["s"].entries[(0,)] = ('#1\na\t[ {"x": 1} ]\nb\t[ {"x": 2}, 30 ]\nc\t[3]',)
+    s = states(handle, resolution_ms=10, slots=1)
+    assert s.get("a") == {"x": 1}
+    s.put("a", {"x": 5})
+    s.get("b")["x"] = 7
+    s.flush()
+    written = '#1\na\t[{"x":5}]\nb\t[ {"x": 2}, 30 ]\nc\t[3]'
+    assert handle.maps["s"].entries[(0,)] == (written,)
+    s = states(handle, resolution_ms=10, slots=1)
+    assert (s.get("a"), s.get("b"), s.get("c")) == ({"x": 5}, {"x": 2}, 3)
+
+
+@given(
+    st.dictionaries(
+        st.text(),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(),
+            lambda inner: (
+                st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3)
+            ),
+            max_leaves=8,
+        ),
+        max_size=8,
+    )
+)
+def test_any_keys_and_states_are_read_back(keys: dict[str, Any]) -> None:
+    """Keys are JSON texts or a column's strings: one with a tab or a line break in it
+    makes its slot's keys be written as JSON strings."""
+    handle = MemoryHandle()
+    s = states(handle, None, slots=2)
+    for key, state in keys.items():
+        if state is not None:
+            s.put(key, state)
+    s.flush()
+    s = states(handle, None, slots=2)
+    assert {key: s.get(key) for key in keys} == keys
+    for (text,) in handle.maps["s"].entries.values():
+        quoted = any("\t" in key or "\n" in key for key in read_slot(text)[0])
+        assert text.split("\n")[0] == ("#2\x00" if quoted else "#2")

@@ -35,6 +35,8 @@ from riverbed.pipelines.operators.as_of_join import (
     KEY,
     AsOfJoin,
 )
+from riverbed.pipelines.operators.buckets import read_slot, slot_text
+from riverbed.pipelines.operators.json_rows import read_state
 from riverbed.testing.references import enriched_click
 from tests.support.brokers import BrokerProcess
 from tests.support.events import BASE, MINUTE, disordered
@@ -330,10 +332,15 @@ def test_a_state_of_layout_2_moves_its_events_to_the_log() -> None:
     (slot, (text,)), *_ = (
         item for item in t.peekMapState("keys", BUCKET_U1).items() if "u1" in item[1][0]
     )
-    entries = json.loads(text)
+    entries, slots = read_slot(text)
     click = {"click_id": "c1", "user_id": "u1", "ts": 2_000}
-    entries["u1"][0] |= {"v": 2, "events": {"c1": [2_000, click]}}
-    t.updateMapState("keys", BUCKET_U1, {slot: (json.dumps(entries),)})
+    written = entries["u1"]
+    assert isinstance(written, str)  # not parsed until read
+    entry = read_state(written)
+    entry[0] |= {"v": 2, "events": {"c1": [2_000, click]}}
+    entries["u1"] = entry
+    assert slots is not None
+    t.updateMapState("keys", BUCKET_U1, {slot: (slot_text(entries, slots),)})
     late = Users(lsn=users.lsn)
     late.transaction(1_500, [("u", "u1", row("ann", "silver"))])
     assert answers(t.testInPandas(BUCKET_U1, batch("u1", users=late))) == {"c1": ("ann", "silver")}

@@ -3,11 +3,11 @@ KeyedStates`), read from a bucket's map state as Spark's ``TwsTester.peekMapStat
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
-from riverbed.pipelines.operators.buckets import LAYOUT, LAYOUT_SLOT
+from riverbed.pipelines.operators.buckets import LAYOUT_SLOT, read_slot
+from riverbed.pipelines.operators.json_rows import read_state
 
 
 def slot_entries(peeked: Mapping[tuple[Any, ...], tuple[Any, ...]]) -> dict[str, list[Any]]:
@@ -17,6 +17,6 @@ def slot_entries(peeked: Mapping[tuple[Any, ...], tuple[Any, ...]]) -> dict[str,
     entries: dict[str, list[Any]] = {}
     for (slot,), (text,) in peeked.items():
         if slot != LAYOUT_SLOT:
-            entries.update(json.loads(text))
-    entries.pop(LAYOUT, None)
+            for key, entry in read_slot(text)[0].items():
+                entries[key] = read_state(entry) if isinstance(entry, str) else entry
     return {key: [entry[0], entry[1] if len(entry) > 1 else None] for key, entry in entries.items()}

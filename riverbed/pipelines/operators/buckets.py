@@ -17,11 +17,23 @@ group before.
 ``benchmarks/tws_state_calls.py`` on the Intel machine, 340 µs on a slower day of the AMD
 one), so the keys' states are not one map state entry each:
 the bucket's keys are spread over ``slots`` entries (a CRC-32 of the key modulo
-``slots``), each one JSON object of its keys' states, read once and written once per batch
-that touches it. A large batch then costs a thousand or two state calls instead of two per
+``slots``), each holding its keys' states, read once and written once per batch that
+touches it. A large batch then costs a thousand or two state calls instead of two per
 key, at the price of rewriting a whole slot for a change to one of its keys: with
 :data:`BUCKETS` times :data:`SLOTS` = 1,024 slots, 100,000 live keys make slots of about 100
 keys.
+
+**A slot's text** is a line per key, not one JSON object: the layout (``#16``), then
+``key<TAB>state`` lines, each state its own JSON text (``[state]``, or ``[state, listed
+time]``). Reading a slot splits it into lines; a key's state is parsed only when the key is
+read, and a key not written (:meth:`KeyedStates.put`) is written back as the text it was
+read as. A micro-batch that
+touches a few keys of a slot of a hundred then parses and writes JSON for those few, not for
+the hundred (``enriched_clicks``' batches touch about a fifth of its users; BENCHMARKS.md).
+In a slot with a key that holds a tab or a line break (keys are JSON texts or a column's
+strings), every key is written as a JSON string after a NUL, and the layout line ends with
+one. Slots were one JSON object ``{key: state, "#": slots}`` until 2026-11-29; that form is
+still read.
 
 **Reading a bucket at once.** A large micro-batch touches most slots of every bucket
 (``fraud_alerts``: 100,000 payments of 25,000 live cards touch nearly all of them), and a
@@ -67,6 +79,7 @@ removed, in the same micro-batch's state commit.
 
 from __future__ import annotations
 
+import json
 import zlib
 from typing import Any
 
@@ -87,7 +100,9 @@ __all__ = [
     "KeyedStates",
     "bucket_of",
     "keep_log_timer",
+    "read_slot",
     "round_up",
+    "slot_text",
 ]
 
 BUCKETS = 64
@@ -111,12 +126,11 @@ PREFETCH_FRACTION = 0.25
 for a quarter as many keys as slots, and the one iteration costs about as much as a few
 ``getValue`` calls."""
 LAYOUT = "#"
-"""The entry of every slot that names the bucket's number of slots (no key is named so: a
-key's name is its JSON text)."""
+"""What starts a slot's text, before the number of slots it names (``#16``); the entry
+that named it in a slot written as one JSON object."""
 LAYOUT_SLOT = -1
 """The map state entry that names the bucket's number of slots, for a read of an empty
-slot: a slot of no keys, ``{"#": slots}``, so that every entry of the map is a JSON object
-of keys' states."""
+slot: a slot of no keys (``#16``), so that every entry of the map is a slot."""
 BUCKET = "bucket"
 """The grouping column :func:`bucket_of` is usually given as."""
 
@@ -154,12 +168,57 @@ def _listed(entry: list[Any]) -> int | None:
     return entry[1] if len(entry) > 1 else None
 
 
+Entry = list[Any] | str
+"""A key's entry in a cached slot: ``[state]`` or ``[state, listed time]``, or that entry's
+JSON text, not yet parsed (module docstring, "A slot's text")."""
+SlotEntries = dict[str, Entry]
+
+
+def read_slot(text: str) -> tuple[SlotEntries, int | None]:
+    """A slot's entries (a key's still as text when the slot is in lines) and the number of
+    slots it names (None: none), from the text :func:`slot_text` wrote (module docstring,
+    "A slot's text") or one JSON object of keys' entries, as written before."""
+    if text[:1] != LAYOUT:
+        entries = read_state(text)
+        return entries, entries.pop(LAYOUT, None)
+    header, *lines = text.split("\n")
+    lazy: SlotEntries = dict(line.split("\t", 1) for line in lines)  # type: ignore[assignment]
+    if header[-1] == _QUOTED:
+        lazy = {json.loads(key[1:]): entry for key, entry in lazy.items()}
+        header = header[:-1]
+    return lazy, int(header[1:])
+
+
+def slot_text(entries: SlotEntries, slots: int, *, parsed: bool = False) -> str:
+    """The text of a slot of ``entries`` in a layout of ``slots`` (:func:`read_slot` reads
+    it); ``parsed`` as :func:`~riverbed.pipelines.operators.json_rows.state_text` takes it."""
+    lines = [f"{LAYOUT}{slots}"]
+    quote = False
+    for key, entry in entries.items():
+        if "\t" in key or "\n" in key:
+            quote = True
+        text = entry if entry.__class__ is str else state_text(entry, parsed=parsed)
+        lines.append(f"{key}\t{text}")
+    if quote:
+        lines = [f"{lines[0]}{_QUOTED}"] + [
+            f"{_QUOTED}{json.dumps(key)}{line[len(key) :]}"
+            for key, line in zip(entries, lines[1:], strict=True)
+        ]
+    return "\n".join(lines)
+
+
+_QUOTED = "\x00"
+"""Ends the layout line of a slot whose keys are each written as a JSON string after it (a
+slot with a key that holds a tab or a line break)."""
+
+
 class KeyedStates:
-    """Per-key states within a bucket (module docstring): map states ``name`` (slot → the
-    JSON object ``{key: [state, listed time]}``, or ``{key: [state]}`` for a key listed
-    nowhere: no ``null`` that :func:`~riverbed.pipelines.operators.json_rows.state_text`
-    would have to check) and, with ``resolution_ms``, ``name_due`` (time → the keys listed
-    under it) and the value state ``name_timer`` (the bucket's earliest timer).
+    """Per-key states within a bucket (module docstring): map states ``name`` (slot → its
+    keys' entries, :func:`slot_text`: ``[state, listed time]``, or ``[state]`` for a key
+    listed nowhere, so no ``null`` that
+    :func:`~riverbed.pipelines.operators.json_rows.state_text` would have to check) and,
+    with ``resolution_ms``, ``name_due`` (time → the keys listed under it) and the value
+    state ``name_timer`` (the bucket's earliest timer).
 
     ``parsed``: the operator vouches that every float in its keys' states was read from
     JSON, none computed (:func:`~riverbed.pipelines.operators.json_rows.state_text`).
@@ -188,7 +247,7 @@ class KeyedStates:
             self._due = handle.getMapState(f"{name}_due", "at LONG", "keys STRING")
             self._timer = handle.getValueState(f"{name}_timer", "at LONG")
         self._page_ms = (resolution_ms or 1) * max(1, PAGE_MS // (resolution_ms or 1))
-        self._slots: dict[int, dict[str, list[Any]]] = {}
+        self._slots: dict[int, SlotEntries] = {}
         self._layout_known = False
         """Whether this call has seen that the bucket is in this layout (module docstring,
         "Layout"): a slot read named it, or the bucket was read whole."""
@@ -202,14 +261,17 @@ class KeyedStates:
         self._expired: int | None = None
         """After :meth:`due_now`: the watermark at or below which the bucket's registered
         timers are to be deleted (swept before they fired)."""
-        self._last: tuple[str | None, tuple[int, dict[str, list[Any]]]] = (None, (0, {}))
+        self._read: dict[str, list[Any]] = {}
+        """The entries parsed from the slots' texts (module docstring, "A slot's text"),
+        by key."""
+        self._last: tuple[str | None, tuple[int, SlotEntries]] = (None, (0, {}))
         """The last key whose slot was found in the cache, and the slot (cleared at
         :meth:`flush`, with the cache)."""
 
     def _slot_of(self, key: str) -> int:
         return zlib.crc32(key.encode()) % self._slot_count
 
-    def _slot(self, key: str) -> tuple[int, dict[str, list[Any]]]:
+    def _slot(self, key: str) -> tuple[int, SlotEntries]:
         if key == self._last[0]:  # an operator reads a key and then writes it
             return self._last[1]
         slot = self._slot_of(key)
@@ -219,7 +281,17 @@ class KeyedStates:
         self._last = key, (slot, entries)
         return slot, entries
 
-    def _read_slot(self, slot: int) -> dict[str, list[Any]]:
+    def _entry(self, entries: SlotEntries, key: str) -> list[Any] | None:
+        """The key's entry in its cached slot ``entries``, parsed once if it is text."""
+        entry = entries.get(key)
+        if entry.__class__ is not str:
+            return entry  # type: ignore[return-value]
+        parsed = self._read.get(key)
+        if parsed is None:
+            parsed = self._read[key] = read_state(entry)
+        return parsed
+
+    def _read_slot(self, slot: int) -> SlotEntries:
         """A slot not in the cache, read into it."""
         stored = self._slots_state.getValue((slot,))
         entries = None
@@ -243,10 +315,10 @@ class KeyedStates:
                 return
         self.prefetch()
 
-    def _loaded(self, text: str) -> tuple[dict[str, list[Any]], bool]:
+    def _loaded(self, text: str) -> tuple[SlotEntries, bool]:
         """A slot's keys read from its text, and whether it names this layout."""
-        entries = read_state(text)
-        return entries, entries.pop(LAYOUT, None) == self._slot_count
+        entries, slots = read_slot(text)
+        return entries, slots == self._slot_count
 
     def expect(self, keys: int) -> None:
         """The call is about to read ``keys`` keys' states: when that many keys would touch
@@ -281,8 +353,9 @@ class KeyedStates:
         self._write_layout = True
 
     def get(self, key: str) -> Any:
-        """The key's state (JSON-able data), or None."""
-        entry = self._slot(key)[1].get(key)
+        """The key's state (JSON-able data), or None. A state changed in place is kept only
+        if it is :meth:`put` again: a key not put is written back as it was read."""
+        entry = self._entry(self._slot(key)[1], key)
         return None if entry is None else entry[0]
 
     def put(self, key: str, state: Any, *, due_ms: int | None = None) -> None:
@@ -294,7 +367,7 @@ class KeyedStates:
             if self._resolution is None:
                 raise ValueError("these states have no timers (no resolution_ms)")
             at = round_up(due_ms, self._resolution)
-            old = entries.get(key)
+            old = self._entry(entries, key)
             if old is None or _listed(old) != at:
                 self._pending.setdefault(at, set()).add(key)
         entries[key] = [state] if at is None else [state, at]
@@ -325,9 +398,9 @@ class KeyedStates:
                     continue
                 for key in keys:
                     slot, entries = self._slot(key)
-                    entry = entries.get(key)
+                    entry = self._entry(entries, key)
                     if entry is not None and _listed(entry) == at:
-                        del entry[1:]  # no longer listed anywhere
+                        entries[key] = entry[:1]  # no longer listed anywhere
                         self._dirty.add(slot)
                         waiting.append((key, entry[0]))
             self._write_page(page, kept)
@@ -373,14 +446,13 @@ class KeyedStates:
         may be another bucket's)."""
         for slot in sorted(self._dirty):
             entries = self._slots.get(slot)  # None: a slot of another layout, moved
-            if entries:  # named in place, not copied: the cache is cleared below
-                entries[LAYOUT] = self._slot_count  # type: ignore[assignment]
-                text = state_text(entries, parsed=self._parsed)
+            if entries:
+                text = slot_text(entries, self._slot_count, parsed=self._parsed)
                 self._slots_state.updateValue((slot,), (text,))
             else:
                 self._slots_state.removeKey((slot,))
         if self._write_layout and self._dirty:
-            layout = state_text({LAYOUT: self._slot_count})
+            layout = slot_text({}, self._slot_count)
             self._slots_state.updateValue((LAYOUT_SLOT,), (layout,))
         if self._due is not None and self._timer is not None:
             by_page: dict[int, dict[int, set[str]]] = {}
@@ -393,6 +465,7 @@ class KeyedStates:
                 self._write_page(page, listed)
             self._keep_timer()
         self._slots.clear()
+        self._read.clear()
         self._last = (None, (0, {}))
         self._layout_known = self._write_layout = False
         self._dirty.clear()
