@@ -27,9 +27,9 @@ keys.
 ``key<TAB>state`` lines, each state its own JSON text (``[state]``, or ``[state, listed
 time]``). Reading a slot splits it into lines; a key's state is parsed only when the key is
 read, and a key not written (:meth:`KeyedStates.put`) is written back as the text it was
-read as. A micro-batch that
-touches a few keys of a slot of a hundred then parses and writes JSON for those few, not for
-the hundred (``enriched_clicks``' batches touch about a fifth of its users; BENCHMARKS.md).
+read as. A micro-batch that touches a few keys of a slot of a hundred then parses and writes
+JSON for those few, not for the hundred (``enriched_clicks``' batches touch about a fifth of
+its users; BENCHMARKS.md).
 In a slot with a key that holds a tab or a line break (keys are JSON texts or a column's
 strings), every key is written as a JSON string after a NUL, and the layout line ends with
 one. Slots were one JSON object ``{key: state, "#": slots}`` until 2026-11-29; that form is
