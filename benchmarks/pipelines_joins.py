@@ -591,11 +591,8 @@ def state_contents(spark: SparkSession, checkpoint: Path) -> dict[int, list[Stat
                 "user_map_value" in frame.columns
                 and frame.schema["user_map_value"].dataType.simpleString() == "struct<keys:string>"
             ):
-                blob = F.col("user_map_value.keys")  # a slot: lines, or one JSON object before
-                names = F.filter(F.json_object_keys(blob), lambda name: name != LAYOUT)
-                in_slot = F.when(blob.startswith("{"), F.size(names)).when(
-                    blob.startswith(LAYOUT), F.size(F.split(blob, "\n")) - 1
-                )
+                blob = F.col("user_map_value.keys")  # a slot: the layout line, a line a key
+                in_slot = F.when(blob.startswith(LAYOUT), F.size(F.split(blob, "\n")) - 1)
                 keys = (frame.agg(F.sum(in_slot)).first() or (None,))[0]
             variables.append(StateVariable(name, rows, json_bytes or 0, keys))
     return found

@@ -172,6 +172,9 @@ Entry = list[Any] | str
 """A key's entry in a cached slot: ``[state]`` or ``[state, listed time]``, or that entry's
 JSON text, not yet parsed (module docstring, "A slot's text")."""
 SlotEntries = dict[str, Entry]
+_QUOTED = "\x00"
+"""Ends the layout line of a slot whose keys are each written as a JSON string after it (a
+slot with a key that holds a tab or a line break)."""
 
 
 def read_slot(text: str) -> tuple[SlotEntries, int | None]:
@@ -192,24 +195,13 @@ def read_slot(text: str) -> tuple[SlotEntries, int | None]:
 def slot_text(entries: SlotEntries, slots: int, *, parsed: bool = False) -> str:
     """The text of a slot of ``entries`` in a layout of ``slots`` (:func:`read_slot` reads
     it); ``parsed`` as :func:`~riverbed.pipelines.operators.json_rows.state_text` takes it."""
-    lines = [f"{LAYOUT}{slots}"]
-    quote = False
+    quote = any("\t" in key or "\n" in key for key in entries)
+    lines = [f"{LAYOUT}{slots}{_QUOTED if quote else ''}"]
     for key, entry in entries.items():
-        if "\t" in key or "\n" in key:
-            quote = True
+        name = f"{_QUOTED}{json.dumps(key)}" if quote else key
         text = entry if entry.__class__ is str else state_text(entry, parsed=parsed)
-        lines.append(f"{key}\t{text}")
-    if quote:
-        lines = [f"{lines[0]}{_QUOTED}"] + [
-            f"{_QUOTED}{json.dumps(key)}{line[len(key) :]}"
-            for key, line in zip(entries, lines[1:], strict=True)
-        ]
+        lines.append(f"{name}\t{text}")
     return "\n".join(lines)
-
-
-_QUOTED = "\x00"
-"""Ends the layout line of a slot whose keys are each written as a JSON string after it (a
-slot with a key that holds a tab or a line break)."""
 
 
 class KeyedStates:
