@@ -55,6 +55,12 @@ class Broker:
         """``host:port`` for a client's ``bootstrap.servers``."""
         return f"{self.host}:{self.port}"
 
+    @property
+    def metrics_url(self) -> str | None:
+        """``http://HOST:PORT/metrics``, or None when the broker serves no metrics."""
+        server = self._running().metrics_server
+        return None if server is None else server.url
+
     def _running(self) -> BrokerServer:
         if self._server is None:
             raise RuntimeError("the broker is not running; call start() first")

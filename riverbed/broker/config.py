@@ -26,6 +26,7 @@ from riverbed.log import TOPIC_CONFIGS, InvalidConfigError, TopicConfig
 
 __all__ = [
     "BROKER_SETTINGS",
+    "DEFAULT_METRICS_LISTEN",
     "LOG_TIME_ALIASES",
     "BrokerConfig",
     "ConfigError",
@@ -36,6 +37,9 @@ __all__ = [
 
 # Kafka's default port; DESIGN.md makes 127.0.0.1:9092 the default listen address.
 DEFAULT_LISTEN = "127.0.0.1:9092"
+DEFAULT_METRICS_LISTEN = "127.0.0.1:9644"
+"""Where ``GET /metrics`` is served unless ``metrics.listen`` says otherwise (Redpanda's port
+for the same)."""
 
 
 class ConfigError(ValueError):
@@ -63,6 +67,11 @@ class Listener:
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"
+
+
+def _optional_listener(text: str) -> Listener | None:
+    """``HOST:PORT``, or nothing (an empty value) for a listener that is turned off."""
+    return Listener.parse(text) if text.strip() else None
 
 
 def _bool(text: str) -> bool:
@@ -142,6 +151,13 @@ BROKER_SETTINGS: tuple[Setting, ...] = (
         attribute="advertised",
         parse=Listener.parse,
         doc="Address given to clients in metadata (default: the listen address).",
+    ),
+    Setting(
+        name="metrics.listen",
+        attribute="metrics_listen",
+        parse=_optional_listener,
+        doc=f"Address of the Prometheus endpoint GET /metrics (default {DEFAULT_METRICS_LISTEN};"
+        " port 0 picks a free port; empty: no endpoint).",
     ),
     Setting(
         name="num.partitions",
@@ -363,6 +379,9 @@ class BrokerConfig:
     node_id: int = 0  # Kafka: no default in KRaft mode; 0 for a single broker.
     listen: Listener = field(default_factory=lambda: Listener.parse(DEFAULT_LISTEN))
     advertised: Listener | None = None
+    metrics_listen: Listener | None = field(
+        default_factory=lambda: Listener.parse(DEFAULT_METRICS_LISTEN)
+    )
     num_partitions: int = 1  # Kafka default.
     auto_create_topics_enable: bool = True  # Kafka default.
     socket_request_max_bytes: int = 104_857_600  # Kafka default: 100 MiB.
@@ -440,6 +459,12 @@ class BrokerConfig:
             data_dir=data_dir, log_defaults=log_defaults, static_settings=MappingProxyType(given)
         )
         return dataclasses.replace(config, **values), unknown  # type: ignore[arg-type]
+
+    @property
+    def metrics_listen_given(self) -> bool:
+        """Whether ``metrics.listen`` was set (a broker that cannot serve the metrics where it
+        was told to does not start; on the default address it starts without them)."""
+        return "metrics.listen" in self.static_settings
 
     def advertised_listener(self, *, bound_port: int) -> Listener:
         """What clients are told to connect to: the advertised address, else the bound one."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 from riverbed.broker.dispatch import HANDLERS
@@ -152,12 +153,21 @@ class Connection:
         self._pending.put_nowait(asyncio.create_task(self._handle(request)))
 
     async def _handle(self, request: Request) -> Parts | None:
-        handler = HANDLERS[ApiKey(request.api_key)]
+        key = ApiKey(request.api_key)
+        handler = HANDLERS[key]
+        metrics = self._state.metrics
+        started = time.perf_counter()
         try:
             body = await handler(self._state, request)
-            return None if body is None else encode_response_parts(request, body)
+        except asyncio.CancelledError:
+            raise  # the connection was dropped: the request was not answered
+        except Exception:
+            metrics.request_failed(key, time.perf_counter() - started)
+            raise
         finally:
             self._slots.release()
+        metrics.request_done(key, time.perf_counter() - started, body)
+        return None if body is None else encode_response_parts(request, body)
 
     async def _respond(self) -> None:
         while (task := await self._pending.get()) is not None:

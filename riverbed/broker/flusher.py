@@ -17,7 +17,8 @@ back, some 2 ms each).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 
 from riverbed.log import Log
 
@@ -27,7 +28,9 @@ __all__ = ["GroupFlusher"]
 class GroupFlusher:
     """Groups fsyncs of partition logs across concurrent requests. Event-loop side only."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, observe: Callable[[float], None] | None = None) -> None:
+        """``observe``: given the seconds of each log's fsync (from a worker thread)."""
+        self._observe = observe
         self._dirty: set[Log] = set()
         self._waiters: list[asyncio.Future[None]] = []
         self._running: asyncio.Task[None] | None = None
@@ -51,7 +54,7 @@ class GroupFlusher:
         path (its data, then its Prepare record), which its client waits for."""
         dirty = _unflushed(logs)
         if dirty:
-            await asyncio.to_thread(_flush_all, dirty)
+            await asyncio.to_thread(_flush_all, dirty, self._observe)
 
     def soon(self, logs: Iterable[Log]) -> None:
         """Have the next round fsync ``logs`` too, without waiting for it: a transaction's
@@ -67,7 +70,7 @@ class GroupFlusher:
                 logs, self._dirty = self._dirty, set()
                 waiters, self._waiters = self._waiters, []
                 try:
-                    await asyncio.to_thread(_flush_all, logs)
+                    await asyncio.to_thread(_flush_all, logs, self._observe)
                 except OSError as e:  # a log it failed stays below its end: flushed() retries
                     for waiter in waiters:
                         if not waiter.done():
@@ -90,6 +93,9 @@ def _unflushed(logs: Iterable[Log]) -> list[Log]:
     return [log for log in logs if log.flushed_offset < log.log_end_offset]
 
 
-def _flush_all(logs: Iterable[Log]) -> None:
+def _flush_all(logs: Iterable[Log], observe: Callable[[float], None] | None) -> None:
     for log in logs:
+        started = time.perf_counter()
         log.flush()
+        if observe is not None:
+            observe(time.perf_counter() - started)

@@ -53,8 +53,11 @@ class LogMaintenance:
         cleaner_enable: bool,
         cleaner_backoff_ms: int,
         cleaner: CleanerSettings,
+        on_cleaned: Callable[[int, int], None] | None = None,
     ) -> None:
+        """``on_cleaned``: given the bytes read and written by each cleaning installed."""
         self._logs = logs
+        self._on_cleaned = on_cleaned
         self._clock = clock
         self._retention_interval_s = retention_check_interval_ms / 1000
         self._cleaner_enable = cleaner_enable
@@ -123,6 +126,8 @@ class LogMaintenance:
             if installed:
                 self.cleanings += 1
                 stats = result.stats
+                if self._on_cleaned is not None:
+                    self._on_cleaned(stats.bytes_read, stats.bytes_written)
                 log.info(
                     "cleaned %s-%d: %d of %d records kept, %.1f MB read in %.2f s",
                     topic,

@@ -34,12 +34,13 @@ from riverbed.broker.groups import GroupCoordinator, GroupSettings, LoopTimers, 
 from riverbed.broker.groups.consumer import ConsumerGroups, TopicInfo
 from riverbed.broker.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, InternalTopic
 from riverbed.broker.log_maintenance import LogMaintenance
+from riverbed.broker.metrics import BrokerMetrics, MetricsServer
 from riverbed.broker.purgatory import FetchPurgatory
 from riverbed.broker.state import BrokerState
 from riverbed.broker.txn import TransactionCoordinator, TxnSettings, TxnStateLog
 from riverbed.log import CleanerSettings, LogError, LogManager
 
-__all__ = ["BrokerServer", "DataDirError"]
+__all__ = ["BrokerServer", "DataDirError", "MetricsListenError"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,10 @@ LOCK_FILE = ".lock"
 
 class DataDirError(ConfigError):
     """The data directory cannot be used (locked by another broker, another node's, ...)."""
+
+
+class MetricsListenError(ConfigError):
+    """``metrics.listen`` names an address the broker cannot listen on."""
 
 
 def system_clock() -> int:
@@ -140,6 +145,7 @@ class BrokerServer:
         self._checkpointer: asyncio.Task[None] | None = None
         self._loader: asyncio.Task[None] | None = None
         self.maintenance: LogMaintenance | None = None
+        self.metrics_server: MetricsServer | None = None
         self.port = 0
 
     async def start(self) -> None:
@@ -173,7 +179,8 @@ class BrokerServer:
             self._lock = None
             raise
         self.port = self._server.sockets[0].getsockname()[1]
-        flusher = GroupFlusher()
+        metrics = BrokerMetrics()
+        flusher = GroupFlusher(observe=metrics.flush_seconds.observe)
         purgatory = FetchPurgatory()
         topics = self._internal_topics(logs, flusher)
         groups = self._group_coordinator(logs, OffsetStore(topics[OFFSETS_TOPIC]))
@@ -189,7 +196,9 @@ class BrokerServer:
             txns=self._transaction_coordinator(
                 logs, flusher, TxnStateLog(topics[TRANSACTION_STATE_TOPIC]), groups, purgatory
             ),
+            metrics=metrics,
         )
+        metrics.watch(self._state)
         self._checkpointer = asyncio.create_task(self._checkpoint_periodically(logs))
         self.maintenance = LogMaintenance(
             logs,
@@ -201,9 +210,15 @@ class BrokerServer:
                 dedupe_buffer_size=self.config.log_cleaner_dedupe_buffer_size,
                 io_max_bytes_per_second=self.config.log_cleaner_io_max_bytes_per_second,
             ),
+            on_cleaned=metrics.cleaned,
         )
         self.maintenance.start()
         self._loader = asyncio.create_task(self._load_coordinators(self._state))
+        try:
+            await self._serve_metrics(metrics)
+        except BaseException:
+            await self.stop()
+            raise
         log.info(
             "listening on %s:%d (cluster %s, node %d, data %s)",
             self.config.listen.host,
@@ -212,6 +227,32 @@ class BrokerServer:
             self.config.node_id,
             data_dir,
         )
+
+    async def _serve_metrics(self, metrics: BrokerMetrics) -> None:
+        """Serve ``GET /metrics`` on ``metrics.listen``. Where that was set, an address that
+        cannot be used stops the broker from starting; on the default one (127.0.0.1:9644,
+        which another broker on this machine may hold) the broker starts without them."""
+        listener = self.config.metrics_listen
+        if listener is None:
+            return
+        server = MetricsServer(metrics.exposition)
+        try:
+            await server.start(listener)
+        except OSError as e:
+            reason = e.strerror or str(e)
+            if self.config.metrics_listen_given:
+                raise MetricsListenError(
+                    f"cannot serve metrics on {listener} (metrics.listen): {reason}"
+                ) from None
+            log.warning(
+                "not serving metrics: cannot listen on %s (%s); set metrics.listen to another"
+                " HOST:PORT, or to nothing to turn them off",
+                listener,
+                reason,
+            )
+            return
+        self.metrics_server = server
+        log.info("metrics on %s", server.url)
 
     def _internal_topics(self, logs: LogManager, flusher: GroupFlusher) -> dict[str, InternalTopic]:
         """The coordinators' internal topics by name, sized as configured when created."""
@@ -338,14 +379,20 @@ class BrokerServer:
             return
         connection = Connection(self._state, reader, writer)
         self._connections.add(connection)
+        metrics = self._state.metrics
+        metrics.connection_opened()
         try:
             await connection.serve()
         finally:
             self._connections.discard(connection)
+            metrics.connection_closed()
 
     async def stop(self) -> None:
         """Stop listening, close connections, flush and close the logs."""
         state, self._state = self._state, None
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
+            self.metrics_server = None
         if self.maintenance is not None:
             await self.maintenance.close()
             self.maintenance = None

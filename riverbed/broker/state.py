@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from riverbed.broker.config import BrokerConfig, Listener
 from riverbed.broker.flusher import GroupFlusher
 from riverbed.broker.groups.coordinator import GroupCoordinator
+from riverbed.broker.metrics import BrokerMetrics
 from riverbed.broker.purgatory import FetchPurgatory
 from riverbed.broker.txn import TransactionCoordinator
 from riverbed.log import LogManager
@@ -37,3 +38,5 @@ class BrokerState:
     (``riverbed.broker.groups``)."""
     txns: TransactionCoordinator
     """Transactional ids and their transactions (``riverbed.broker.txn``)."""
+    metrics: BrokerMetrics
+    """What ``GET /metrics`` reports (``riverbed.broker.metrics``)."""

@@ -97,6 +97,8 @@ async def _serve(config: BrokerConfig) -> int:
         loop.add_signal_handler(signum, stop.set)
     # One line on stdout, for scripts and tests that start the broker on port 0.
     print(f"riverbed broker listening on {server.state.advertised}", flush=True)
+    if server.metrics_server is not None:
+        print(f"riverbed broker metrics on {server.metrics_server.url}", flush=True)
     await stop.wait()
     log.info("shutting down")
     await server.stop()

@@ -91,6 +91,8 @@ def run(data_dir: Path, *, count: int, shop_seconds: float) -> None:
         try:
             with section("broker"):
                 print(f"riverbed broker running in-process on {bootstrap}, data in {data_dir}")
+                if broker.metrics_url is not None:
+                    print(f"Prometheus metrics at {broker.metrics_url}")
             with section(f"topic {TOPIC!r} with {PARTITIONS} partitions"):
                 create_topic(bootstrap)
             with section(f"produce {count:,} click events (idempotent, acks=all, lz4)"):

@@ -131,6 +131,7 @@ CONFIG_TYPES: Mapping[str, ConfigType] = {
     # Kafka's KafkaConfig definitions; the rest of BROKER_SETTINGS are ints.
     "listeners": ConfigType.STRING,
     "advertised.listeners": ConfigType.STRING,
+    "metrics.listen": ConfigType.STRING,
     "log.dirs": ConfigType.STRING,
     "auto.create.topics.enable": ConfigType.BOOLEAN,
     "log.cleaner.enable": ConfigType.BOOLEAN,
@@ -249,6 +250,7 @@ def _broker_values(config: BrokerConfig, advertised: Listener) -> dict[str, str 
     """Every broker setting's effective value, by Kafka name."""
     values = {s.name: _text(getattr(config, s.attribute)) for s in BROKER_SETTINGS}
     values["advertised.listeners"] = _text(config.advertised or advertised)
+    values["metrics.listen"] = "" if config.metrics_listen is None else str(config.metrics_listen)
     values["log.dirs"] = str(config.data_dir)
     for key, value in config.log_defaults.to_properties().items():
         names = log_setting_names(key)

@@ -68,6 +68,11 @@ async def fetch(state: BrokerState, request: Request) -> dict[str, Any]:
             break
         _close(responses)  # not enough yet: read again after the wait
         await state.purgatory.wait(wanted, timeout_s=remaining_s)
+    if total_bytes:
+        for topic in responses:
+            sent = sum(len(partition["records"]) for partition in topic["partitions"])
+            if sent:
+                state.metrics.sent(topic["topic"], sent)
     return {
         "throttle_time": 0,
         "error_code": ErrorCode.none,

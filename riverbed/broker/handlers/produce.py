@@ -110,6 +110,7 @@ def _append(
     written.append(partition_log)
     if not appended.duplicate:
         state.purgatory.notify((topic, index))
+        state.metrics.appended(topic, len(records), appended.last_offset - appended.base_offset + 1)
     return {
         "index": index,
         "error_code": ErrorCode.none,

@@ -158,6 +158,8 @@ async def delete_topics(state: BrokerState, request: Request) -> dict[str, Any]:
             state.logs.delete_topic(name)
         except (LogError, OSError) as e:
             result.update(error_code=error_code_for(e), error_message=str(e))
+        else:
+            state.metrics.forget_topic(name)
         results.append(result)
     state.purgatory.notify_all()
     return {"throttle_time": 0, "responses": results}
