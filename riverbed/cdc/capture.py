@@ -45,6 +45,7 @@ from riverbed.cdc.changes import (
 )
 from riverbed.cdc.config import SNAPSHOT_MODES, CaptureConfig
 from riverbed.cdc.errors import CaptureError, CaptureSetupError, PgOutputError
+from riverbed.cdc.metrics import CaptureMetrics
 from riverbed.cdc.pgoutput import decode_message
 from riverbed.cdc.preflight import (
     TableInfo,
@@ -91,6 +92,7 @@ class _Run:
     db: str = ""
     tables: list[TableInfo] = field(default_factory=list)
     changes: int = 0
+    metrics: CaptureMetrics = field(default_factory=CaptureMetrics)
 
     @property
     def state_key(self) -> bytes:
@@ -98,13 +100,18 @@ class _Run:
 
 
 def run_log_capture(
-    config: LogCaptureConfig, *, say: Callable[[str], None], stopping: Callable[[], bool]
+    config: LogCaptureConfig,
+    *,
+    say: Callable[[str], None],
+    stopping: Callable[[], bool],
+    metrics: CaptureMetrics | None = None,
 ) -> None:
-    """Capture until ``stopping()`` is true (module docstring); errors as CaptureSetupError
-    (the database is not ready) or CaptureError (the capture cannot go on)."""
+    """Capture until ``stopping()`` is true (module docstring), counting in ``metrics``;
+    errors as CaptureSetupError (the database is not ready) or CaptureError (the capture
+    cannot go on)."""
     if config.snapshot not in SNAPSHOT_MODES:
         raise CaptureSetupError(f"--snapshot must be one of {', '.join(SNAPSHOT_MODES)}")
-    state = _Run(config, say, stopping)
+    state = _Run(config, say, stopping, metrics=metrics or CaptureMetrics())
     sql = connect(config.dsn, timeout_s=config.connect_timeout_s)
     publisher = None
     try:
@@ -213,6 +220,7 @@ def _snapshot(state: _Run, snapshot_name: str, lsn: int, publisher: Publisher) -
             tx_id=tx_id,
             say=state.say,
             stopping=state.stopping,
+            metrics=state.metrics,
         )
         if total is None:
             return False
@@ -250,6 +258,7 @@ def _stream(state: _Run, replication: Any, publisher: Publisher) -> None:
     )
     in_transaction = False
     confirmed = 0
+    metrics = state.metrics
     last_feedback = last_heartbeat = last_progress = time.monotonic()
     progress_changes = 0
     state.say(f"streaming from slot {config.slot}")
@@ -273,11 +282,14 @@ def _stream(state: _Run, replication: Any, publisher: Publisher) -> None:
             if isinstance(result, TransactionEnd):
                 publisher.end_unit(result.end_lsn)
                 in_transaction = False
+                if result.commit_ts_ms is not None:
+                    metrics.lag_seconds.set(max(time.time() * 1000 - result.commit_ts_ms, 0) / 1000)
             else:
                 in_transaction = True
                 for record in result:
                     if publisher.send(record) and record.value is not None:
                         state.changes += 1
+                        metrics.changes.inc()
             received += 1
             if received % 256:
                 continue  # a busy stream: look after the rest every 256 messages
@@ -294,6 +306,7 @@ def _stream(state: _Run, replication: Any, publisher: Publisher) -> None:
         if now - last_heartbeat >= config.heartbeat_ms / 1000:
             feedback(confirmed, reply=True)
             last_heartbeat = now
+        metrics.slot_position(wal_end=cursor.wal_end, confirmed=confirmed)
         if now - last_progress >= config.progress_every_s:
             rate = (state.changes - progress_changes) / (now - last_progress)
             state.say(f"{state.changes} changes ({rate:.0f}/s), confirmed {format_lsn(confirmed)}")

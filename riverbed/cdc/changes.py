@@ -86,6 +86,8 @@ class TransactionEnd:
     confirmed to the slot."""
 
     end_lsn: int
+    commit_ts_ms: int | None = None
+    """When the transaction committed (epoch ms), if its Begin was seen."""
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
@@ -129,8 +131,10 @@ class ChangeTranslator:
                 commit_ts_ms=_ms(message.commit_time_us),
             )
         elif isinstance(message, Commit):
-            self._transaction = None
-            return TransactionEnd(message.end_lsn)
+            transaction, self._transaction = self._transaction, None
+            return TransactionEnd(
+                message.end_lsn, None if transaction is None else transaction.commit_ts_ms
+            )
         elif isinstance(message, Insert | Update | Delete):
             return self._change(message, lsn)
         elif isinstance(message, Truncate):

@@ -22,6 +22,7 @@ from typing import Any
 
 from riverbed.cdc.changes import SnapshotRecords
 from riverbed.cdc.envelope import Json, row_converter
+from riverbed.cdc.metrics import CaptureMetrics
 from riverbed.cdc.pgoutput import Column
 from riverbed.cdc.preflight import TableInfo, identifier, quoted_name
 from riverbed.cdc.publisher import Publisher
@@ -90,10 +91,12 @@ def copy_tables(
     *,
     say: Callable[[str], None],
     stopping: Callable[[], bool],
+    table_done: Callable[[], None] = lambda: None,
 ) -> int | None:
     """Read every table with COPY (in the cursor's transaction), calling ``on_row(table, row,
     last)`` for each row, ``last`` true for the very last one (Debezium's ``snapshot:
-    "last"``); the number of rows, or None when stopped before the end."""
+    "last"``), and ``table_done()`` after each table; the number of rows, or None when
+    stopped before the end."""
     total = 0
     held: list[tuple[TableInfo, dict[str, Json]]] = []  # one row behind, to know the last
     for table in tables:
@@ -114,6 +117,7 @@ def copy_tables(
         cursor.copy_expert(copy_query(table, columns), sink)
         sink.close()
         total += sink.rows
+        table_done()
         say(f"snapshot of {table.qualified}: {sink.rows} rows")
         if stopping():
             say("stopped during the snapshot: the next run starts it over")
@@ -134,6 +138,7 @@ def snapshot_tables(
     tx_id: int | None,
     say: Callable[[str], None],
     stopping: Callable[[], bool],
+    metrics: CaptureMetrics,
 ) -> int | None:
     """Produce every row of ``tables`` as an op ``r`` record (:func:`copy_tables`)."""
     encoders: dict[str, SnapshotRecords] = {}
@@ -146,11 +151,23 @@ def snapshot_tables(
             encoder = SnapshotRecords(prefix=prefix, db=db, table=table, lsn=lsn, tx_id=tx_id)
             encoders[table.qualified] = encoder
         publisher.send(encoder.record(row, last=last, now_ms=int(time.time() * 1000)))
+        metrics.snapshot_rows.inc()
         produced += 1
         if produced % 512 == 0:
             publisher.poll(0)
 
-    return copy_tables(cursor, tables, on_row, say=say, stopping=stopping)
+    metrics.snapshot_started(len(tables))
+    try:
+        return copy_tables(
+            cursor,
+            tables,
+            on_row,
+            say=say,
+            stopping=stopping,
+            table_done=metrics.snapshot_tables_done.inc,
+        )
+    finally:
+        metrics.snapshot_ended()
 
 
 def table_columns(cursor: Any, table: TableInfo) -> list[Column]:

@@ -46,6 +46,7 @@ from riverbed.cdc.changes import Record, dumps, topic_name
 from riverbed.cdc.config import CaptureConfig
 from riverbed.cdc.envelope import Json, Source, change_event, key_of, row_of
 from riverbed.cdc.errors import CaptureError
+from riverbed.cdc.metrics import CaptureMetrics
 from riverbed.cdc.pgoutput import Column
 from riverbed.cdc.preflight import TableInfo, connect, identifier, inspect_tables, quoted_name
 from riverbed.cdc.publisher import STATE_TOPIC, Publisher
@@ -270,9 +271,15 @@ class _Drain:
 
 
 def run_trigger_capture(
-    config: TriggerCaptureConfig, *, say: Callable[[str], None], stopping: Callable[[], bool]
+    config: TriggerCaptureConfig,
+    *,
+    say: Callable[[str], None],
+    stopping: Callable[[], bool],
+    metrics: CaptureMetrics | None = None,
 ) -> None:
-    """Install the triggers, snapshot if needed, then drain the audit table until stopped."""
+    """Install the triggers, snapshot if needed, then drain the audit table until stopped,
+    counting in ``metrics``."""
+    metrics = metrics or CaptureMetrics()
     sql = connect(config.dsn, timeout_s=config.connect_timeout_s)
     publisher = None
     try:
@@ -300,11 +307,11 @@ def run_trigger_capture(
         if publisher.read_state(state_key) is None:
             if config.snapshot == "never":
                 cursor.execute(f"DELETE FROM {config.audit}")
-            elif not _snapshot(config, db, tables, publisher, say, stopping, cursor):
+            elif not _snapshot(config, db, tables, publisher, say, stopping, cursor, metrics):
                 return
             publisher.write_state(state_key, dumps({"snapshot": config.snapshot}))
         drain = _Drain(config, db, {(t.schema, t.table): t for t in tables})
-        _drain_loop(config, drain, sql, publisher, say, stopping)
+        _drain_loop(config, drain, sql, publisher, say, stopping, metrics)
         if config.drop:
             sql.autocommit = False
             _uninstall(cursor, config, tables)
@@ -325,6 +332,7 @@ def _snapshot(
     say: Callable[[str], None],
     stopping: Callable[[], bool],
     cursor: Any,
+    metrics: CaptureMetrics,
 ) -> bool:
     reader = connect(config.dsn, timeout_s=config.connect_timeout_s)
     try:
@@ -343,6 +351,7 @@ def _snapshot(
             tx_id=tx_id,
             say=say,
             stopping=stopping,
+            metrics=metrics,
         )
         if total is None:
             return False
@@ -365,6 +374,7 @@ def _drain_loop(
     publisher: Publisher,
     say: Callable[[str], None],
     stopping: Callable[[], bool],
+    metrics: CaptureMetrics,
 ) -> None:
     cursor = sql.cursor()
     limit, changes = BATCH, 0
@@ -407,7 +417,9 @@ def _drain_loop(
                 break
             for record in records:
                 publisher.send(record)
-                changes += record.value is not None
+                if record.value is not None:
+                    changes += 1
+                    metrics.changes.inc()
             ids.extend(row[0] for row in transaction)
         if ids:
             publisher.flush()

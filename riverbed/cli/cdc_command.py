@@ -16,6 +16,7 @@ from typing import Any
 from riverbed.cdc.capture import LogCaptureConfig, run_log_capture
 from riverbed.cdc.config import SNAPSHOT_MODES
 from riverbed.cdc.errors import CaptureSetupError, CdcError
+from riverbed.cdc.metrics import CaptureMetrics
 from riverbed.cdc.preflight import connect, parse_keys
 from riverbed.cdc.status import slot_status
 from riverbed.cdc.trigger import TriggerCaptureConfig, run_trigger_capture
@@ -30,6 +31,7 @@ from riverbed.cli.arguments import (
     positive_int,
 )
 from riverbed.cli.errors import CliError
+from riverbed.cli.metrics_endpoint import add_metrics_argument, serving
 from riverbed.cli.output import print_table
 from riverbed.cli.stopping import StopSignals
 
@@ -115,6 +117,9 @@ def add_parser(commands: Any) -> None:
     add_connect_timeout_argument(
         capture, "give up when the database or the broker does not answer within this time"
     )
+    add_metrics_argument(
+        capture, "the capture's changes, snapshot progress and slot lag (bytes and seconds)"
+    )
     capture.set_defaults(run=_run)
 
     status = add_command(
@@ -144,6 +149,8 @@ def _run(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
         print(f"riverbed cdc: {line}", file=sys.stderr, flush=True)
 
+    metrics = CaptureMetrics()
+    endpoint = serving(args.metrics, metrics.registry, say)
     with StopSignals() as stop:
         try:
             keys = parse_keys(args.key)
@@ -164,6 +171,7 @@ def _run(args: argparse.Namespace) -> int:
                     ),
                     say=say,
                     stopping=stop.requested,
+                    metrics=metrics,
                 )
             else:
                 config = LogCaptureConfig(
@@ -180,9 +188,12 @@ def _run(args: argparse.Namespace) -> int:
                     partitions=args.partitions,
                     connect_timeout_s=timeout_s,
                 )
-                run_log_capture(config, say=say, stopping=stop.requested)
+                run_log_capture(config, say=say, stopping=stop.requested, metrics=metrics)
         except CdcError as e:
             raise CliError(str(e)) from None
+        finally:
+            if endpoint is not None:
+                endpoint.close()
         return 0
 
 

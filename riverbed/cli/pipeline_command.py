@@ -23,6 +23,7 @@ from riverbed.cli.arguments import (
     positive_int,
 )
 from riverbed.cli.errors import CliError
+from riverbed.cli.metrics_endpoint import add_metrics_argument, serving
 
 __all__ = ["add_parser"]
 
@@ -59,6 +60,9 @@ def add_parser(commands: Any) -> None:
         "backlog faster (BENCHMARKS.md), smaller ones bound a batch's time and memory",
     )
     run.add_argument("--master", help="Spark master (default local[N], N = the machine's cores)")
+    add_metrics_argument(
+        run, "each micro-batch's progress (duration, rows/s, watermark, input lag, state rows)"
+    )
     run.set_defaults(run=_run)
     listing = add_command(actions, "list", "describe every pipeline")
     listing.set_defaults(run=_list)
@@ -84,15 +88,26 @@ def _run(args: argparse.Namespace) -> int:
         master=args.master,
         connect_timeout_s=args.connect_timeout_ms / 1000,
     )
+    from riverbed.pipelines.metrics import PipelineMetrics
+
+    def say(line: str) -> None:
+        print(f"riverbed pipeline: {line}", file=sys.stderr, flush=True)
+
+    metrics = PipelineMetrics(args.name)
+    endpoint = serving(args.metrics, metrics.registry, say)
     try:
         run(
             config,
             pipelines=PIPELINES,
-            say=lambda line: print(f"riverbed pipeline: {line}", file=sys.stderr, flush=True),
+            say=say,
             stopping=lambda: stop["requested"],
+            on_progress=metrics.observe,
         )
     except PipelineError as e:
         raise CliError(str(e)) from None
+    finally:
+        if endpoint is not None:
+            endpoint.close()
     return 0
 
 

@@ -20,7 +20,6 @@ back, and the next run does it again.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -36,6 +35,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from pyspark.sql.streaming.query import StreamingQuery
 
 import riverbed.spark
+from riverbed.pipelines.metrics import input_lag
 from riverbed.pipelines.pipeline import Pipeline
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "PipelineError",
     "RunConfig",
     "ensure_outputs",
+    "new_progress",
     "progress_line",
     "run",
     "stop_between_batches",
@@ -103,31 +104,21 @@ def ensure_outputs(pipeline: Pipeline, bootstrap: str, timeout_s: float) -> None
 def progress_line(progress: dict[str, Any]) -> str:
     """One line from a query's progress: batch, rows/s, watermark and input lag."""
     watermark = progress.get("eventTime", {}).get("watermark", "-")
-    lag = 0
-    for source in progress.get("sources", []):
-        latest, end = _offsets(source.get("latestOffset")), _offsets(source.get("endOffset"))
-        lag += sum(max(0, latest.get(tp, 0) - offset) for tp, offset in end.items())
     rate = progress.get("processedRowsPerSecond") or 0.0
     return (
         f"batch {progress.get('batchId')}: {progress.get('numInputRows', 0)} rows, "
-        f"{rate:.0f} rows/s, watermark {watermark}, input lag {lag} records"
+        f"{rate:.0f} rows/s, watermark {watermark}, input lag {input_lag(progress)} records"
     )
 
 
-def _offsets(value: Any) -> dict[tuple[str, str], int]:
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return {}
-    if not isinstance(value, dict):
-        return {}
-    return {
-        (topic, partition): int(offset)
-        for topic, partitions in value.items()
-        if isinstance(partitions, dict)
-        for partition, offset in partitions.items()
-    }
+def new_progress(query: StreamingQuery, after: int | None) -> list[dict[str, Any]]:
+    """The progress reports of the micro-batches after batch ``after`` (None: all kept),
+    oldest first."""
+    return [
+        p
+        for p in query.recentProgress
+        if p.get("batchId") is not None and (after is None or p["batchId"] > after)
+    ]
 
 
 def stop_between_batches(query: StreamingQuery, *, timeout_s: float = STOP_WAIT_S) -> None:
@@ -150,9 +141,11 @@ def run(
     pipelines: Mapping[str, Pipeline],
     say: Callable[[str], None],
     stopping: Callable[[], bool],
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> None:
     """Run the pipeline ``config.name`` of ``pipelines`` until ``stopping()`` (module
-    docstring)."""
+    docstring); ``on_progress`` is given each micro-batch's progress report, once, in
+    order (:class:`~riverbed.pipelines.metrics.PipelineMetrics.observe`)."""
     pipeline = pipelines.get(config.name)
     if pipeline is None:
         raise PipelineError(
@@ -193,12 +186,17 @@ def run(
             f"{pipeline.name} running (Spark {spark.version}, started in "
             f"{time.monotonic() - started:.1f} s; checkpoint {config.checkpoint})"
         )
-        last_batch, last_line = None, time.monotonic()
+        last_batch, last_seen, last_line = None, None, time.monotonic()
         while query.isActive and not stopping():
             time.sleep(0.2)
-            progress = query.lastProgress
-            if progress is None:
+            reports = new_progress(query, last_seen)
+            if not reports:
                 continue
+            last_seen = reports[-1]["batchId"]
+            if on_progress is not None:
+                for report in reports:
+                    on_progress(report)
+            progress = reports[-1]
             due = time.monotonic() - last_line >= config.progress_every_s
             if progress.get("batchId") != last_batch and (due or progress.get("numInputRows")):
                 say(progress_line(progress))

@@ -3,6 +3,8 @@ a capture at work prints riverbed's lines only."""
 
 from __future__ import annotations
 
+import re
+import socket
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from riverbed.testing.postgres import PostgresCluster, database, sql
 from tests.support.brokers import BrokerProcess
 from tests.support.capture import Capture, fold, read_topic, run_capture, wait_for_changes
 from tests.support.cli import library_noise
+from tests.support.metrics import scrape
 
 
 def _fails(tmp_path: Path, *args: str, code: int = 1) -> str:
@@ -115,6 +118,14 @@ def test_usage_errors(tmp_path: Path) -> None:
     assert "--tables names no table" in stderr
     stderr = _fails(tmp_path, *_run_args("host=/nonexistent port=1", "y", "users"))
     assert "cannot connect to the database" in stderr
+    stderr = _fails(tmp_path, *_run_args("x", "y", "users", "--metrics", "9644"), code=2)
+    assert "--metrics: expected HOST:PORT, got '9644'" in stderr
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = f"127.0.0.1:{holder.getsockname()[1]}"
+        stderr = _fails(tmp_path, *_run_args("x", "y", "users", "--metrics", taken))
+        assert f"riverbed cdc: cannot serve metrics on {taken}: Address already in use" in stderr
 
 
 def test_status_of_an_unknown_slot(tmp_path: Path, dsn: str) -> None:
@@ -129,17 +140,33 @@ def test_a_capture_prints_riverbed_lines_only(
 ) -> None:
     """A capture that does real work (a snapshot, changes streamed, a clean stop): its stderr
     holds riverbed's lines only, none of librdkafka's (its clients log to riverbed.cdc's
-    logger, which shows warnings and errors only)."""
+    logger, which shows warnings and errors only). Its ``--metrics`` count the snapshot and
+    the changes."""
     bootstrap = broker_process.bootstrap
     sql(dsn).cursor().execute("INSERT INTO users VALUES ('u1', 'Ann'), ('u2', 'Bob')")
-    capture = Capture.start(tmp_path, *_run_args(dsn, bootstrap, "users")[1:])
+    capture = Capture.start(
+        tmp_path, *_run_args(dsn, bootstrap, "users", "--metrics", "127.0.0.1:0")[1:]
+    )
     capture.wait_for("streaming from slot")
+    url = re.search(r"riverbed cdc: metrics on (\S+)", capture.log())
+    assert url is not None, capture.log()
+    snapshot = scrape(url.group(1))
+    assert snapshot.value("riverbed_cdc_snapshot_rows_total") == 2
+    assert snapshot.value("riverbed_cdc_snapshot_tables") == 1
+    assert snapshot.value("riverbed_cdc_snapshot_tables_done") == 1
+    assert snapshot.value("riverbed_cdc_snapshot_running") == 0
+    assert snapshot.value("riverbed_cdc_changes_total") == 0
     sql(dsn).cursor().execute(
         "UPDATE users SET name = 'Annie' WHERE user_id = 'u1'; "
         "DELETE FROM users WHERE user_id = 'u2'"
     )
     # 2 snapshot rows, the update, the delete and its tombstone
     wait_for_changes(bootstrap, "shop.public.users", lambda changes: len(changes) >= 5)
+    streamed = scrape(url.group(1))
+    assert streamed.value("riverbed_cdc_changes_total") == 2  # the tombstone is no change
+    assert 0 < streamed.value("riverbed_cdc_lag_seconds") < 30  # seconds, not ms
+    assert streamed.value("riverbed_cdc_slot_lag_bytes") >= 0
+    assert streamed.has("riverbed_cdc_confirmed_lsn")
     assert capture.stop() == 0, capture.log()
     assert fold(read_topic(bootstrap, "shop.public.users")) == {
         '{"user_id": "u1"}': {"user_id": "u1", "name": "Annie"}

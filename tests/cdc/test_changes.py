@@ -170,7 +170,7 @@ def test_an_insert_is_a_create_with_debezium_s_envelope_and_source() -> None:
         },
     }
     assert "Zoë".encode() in (record.value or b"")  # UTF-8, not JSON escapes
-    assert t.feed(commit(FINAL_LSN + 48), 4300) == TransactionEnd(FINAL_LSN + 48)
+    assert t.feed(commit(FINAL_LSN + 48), 4300) == TransactionEnd(FINAL_LSN + 48, COMMIT_TIME_MS)
 
 
 def test_the_commit_time_is_the_begin_s_microseconds_since_2000_in_milliseconds() -> None:
@@ -423,7 +423,8 @@ def test_positions_count_each_transaction_s_records_from_one_and_only_grow() -> 
             t, Delete(relation_oid=USERS_OID, old=(b"1", None, None), old_is_key_only=True)
         )
         seen += [r.position for r in result if r.position is not None]
-        assert t.feed(commit(final_lsn + 16), final_lsn + 16) == TransactionEnd(final_lsn + 16)
+        end = TransactionEnd(final_lsn + 16, COMMIT_TIME_MS)
+        assert t.feed(commit(final_lsn + 16), final_lsn + 16) == end
     assert seen == [
         Position(lsn, seq) for lsn in (0x1000, 0x2000, 0x1_0000_0000) for seq in (1, 2, 3)
     ]

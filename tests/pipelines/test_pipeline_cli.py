@@ -3,6 +3,7 @@ a pipeline runs, and a failing query's error on stderr."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ from riverbed.testing.references import page_views_per_minute
 from tests.support.brokers import BrokerProcess
 from tests.support.cli import library_noise
 from tests.support.events import BASE, page_views
+from tests.support.metrics import scrape
 from tests.support.pipelines import PipelineProcess
 from tests.support.topics import changelog, keyed, produce_events, read_json
 
@@ -88,7 +90,9 @@ def test_a_run_prints_riverbed_lines_only(broker_process: BrokerProcess, tmp_pat
     """A run that does real work (Spark's first start in the process; stateful windows,
     whose transformWithState driver worker announces itself; the sink's admin clients) and
     stops: its stderr holds none of the JVM's, log4j's, PySpark's or librdkafka's lines.
-    Its backlog is read in batches of at most ``--max-offsets-per-trigger`` records."""
+    Its backlog is read in batches of at most ``--max-offsets-per-trigger`` records. Its
+    ``--metrics`` endpoint, scraped once it has caught up, counts what the progress lines
+    say."""
     bootstrap = broker_process.bootstrap
     events = page_views(7, users=20, start=BASE, hours=1, prefix="q")
     produce_events(bootstrap, "page_views", events)
@@ -97,11 +101,25 @@ def test_a_run_prints_riverbed_lines_only(broker_process: BrokerProcess, tmp_pat
         "page_views_per_minute",
         bootstrap,
         tmp_path / "ck",
-        options=("--max-offsets-per-trigger", str(MAX_OFFSETS)),
+        options=("--max-offsets-per-trigger", str(MAX_OFFSETS), "--metrics", "127.0.0.1:0"),
     )
     pipeline.wait_caught_up()
     read = [rows for _, rows, _ in pipeline.batches() if rows]
     assert max(read) <= MAX_OFFSETS and sum(read) == len(events) > 3 * MAX_OFFSETS
+    url = re.search(r"riverbed pipeline: metrics on (\S+)", pipeline.log())
+    assert url is not None, pipeline.log()
+    metrics = scrape(url.group(1))
+    labels = {"pipeline": "page_views_per_minute"}
+    assert metrics.value("riverbed_pipeline_input_rows_total", **labels) == len(events)
+    batches = metrics.value("riverbed_pipeline_batches_total", **labels)
+    assert batches >= len(read)  # and any batch that read nothing
+    assert metrics.value("riverbed_pipeline_batch_duration_seconds_count", **labels) == batches
+    assert metrics.value("riverbed_pipeline_input_lag_records", **labels) == 0
+    assert metrics.value("riverbed_pipeline_state_rows", **labels) > 0
+    # The watermark: 2 minutes behind the latest page view's time, at least.
+    latest_s = max(event["ts"] for event in events) / 1000
+    watermark_s = metrics.value("riverbed_pipeline_watermark_seconds", **labels)
+    assert BASE / 1000 < watermark_s <= latest_s - 120
     windows = _closed_windows(bootstrap)
     assert pipeline.stop() == 0, pipeline.log()
     expected = keyed(page_views_per_minute(events), "window_start", "page")
