@@ -1,17 +1,18 @@
 """What scraping the broker's ``GET /metrics`` costs its throughput.
 
-    .venv/bin/python benchmarks/metrics_scrape.py [--messages 1000000] [--rounds 3]
-        [--topics 100] [--groups 100] [--interval-s 1]
+    .venv/bin/python benchmarks/metrics_scrape.py [--seconds 60] [--rounds 3]
+        [--topics 100] [--groups 100] [--interval-s 15]
 
 Starts ``riverbed broker`` as its own process (metrics on a free port), gives it ``--topics``
 topics of 4 partitions and ``--groups`` consumer groups with a committed offset on each
 partition of one of them (so a scrape carries about ``4 * topics`` partitions' gauges and
-``4 * groups`` lag series), then, ``--rounds`` times, produces ``--messages`` messages of
-100 bytes (acks=1, as ``broker_throughput.py``) with and without a scraper that GETs
-``/metrics`` every ``--interval-s`` seconds (Prometheus' default is 60 s, its examples use
-15 s), alternating which goes first. Reported: msg/s of each run, the medians and their
-difference, and the scrapes' size and duration. Not part of the test run; results go in
-BENCHMARKS.md.
+``4 * groups`` lag series), then, ``--rounds`` times, produces messages of 100 bytes for
+``--seconds`` (acks=1, the producer settings of ``broker_throughput.py``) with and without a
+scraper that GETs ``/metrics`` every ``--interval-s`` seconds (Prometheus' default is 60 s,
+its examples use 15 s), alternating which goes first; each run's topic is deleted after it.
+Reported: msg/s of each run (messages acknowledged over the time to the last
+acknowledgement), the medians and their difference, and the scrapes' size and duration.
+Not part of the test run; results go in BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from _common import MESSAGE_BYTES, PARTITIONS, machine, produce, start_broker
-from confluent_kafka import Consumer, TopicPartition
+from _common import MESSAGE_BYTES, PARTITIONS, PRODUCER_SETTINGS, machine, start_broker
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
@@ -55,6 +56,35 @@ class Scraper:
             self.seconds.append(time.perf_counter() - started)
 
 
+def produce_for(bootstrap: str, topic: str, seconds: float) -> float:
+    """Messages/s of producing to ``topic`` for ``seconds``, to the last acknowledgement."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", **PRODUCER_SETTINGS})
+    payload = b"x" * MESSAGE_BYTES
+    failures = 0
+
+    def on_delivery(err: KafkaError | None, _message: object) -> None:
+        nonlocal failures
+        failures += err is not None
+
+    producer.list_topics(topic, timeout=10)
+    start = time.perf_counter()
+    sent = 0
+    while time.perf_counter() - start < seconds:
+        for _ in range(10_000):
+            try:
+                producer.produce(
+                    topic, payload, partition=sent % PARTITIONS, on_delivery=on_delivery
+                )
+            except BufferError:  # the local queue is full: let the broker catch up
+                producer.poll(0.01)
+                continue
+            sent += 1
+        producer.poll(0)
+    if producer.flush(300) != 0 or failures:
+        raise SystemExit(f"{failures} deliveries failed")
+    return sent / (time.perf_counter() - start)
+
+
 def populate(bootstrap: str, topics: int, groups: int) -> None:
     """``topics`` topics of PARTITIONS partitions, ``groups`` groups committed on the first."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -73,15 +103,15 @@ def populate(bootstrap: str, topics: int, groups: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--seconds", type=float, default=60.0, help="each run's produce time")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--topics", type=int, default=100)
     parser.add_argument("--groups", type=int, default=100)
-    parser.add_argument("--interval-s", type=float, default=1.0)
+    parser.add_argument("--interval-s", type=float, default=15.0)
     args = parser.parse_args()
     print(f"machine: {machine()}")
     print(
-        f"{args.messages:,} messages of {MESSAGE_BYTES} B over {PARTITIONS} partitions, acks=1;"
+        f"{args.seconds:g} s of messages of {MESSAGE_BYTES} B over {PARTITIONS} partitions, acks=1;"
         f" {args.topics} topics, {args.groups} groups; a scrape every {args.interval_s:g} s",
         flush=True,
     )
@@ -105,14 +135,14 @@ def main() -> None:
                     future[topic].result(timeout=60)
                     if scraped:
                         with Scraper(url, args.interval_s) as scraper:
-                            elapsed = produce(bootstrap, topic, args.messages, acks="1")
+                            rate = produce_for(bootstrap, topic, args.seconds)
                         seconds += scraper.seconds
                         sizes += scraper.sizes
                         extra = f", {len(scraper.seconds)} scrapes"
                     else:
-                        elapsed = produce(bootstrap, topic, args.messages, acks="1")
+                        rate = produce_for(bootstrap, topic, args.seconds)
                         extra = ""
-                    rate = args.messages / elapsed
+                    admin.delete_topics([topic])[topic].result(timeout=60)
                     rates[scraped].append(rate)
                     print(f"round {round_ + 1}, {'scraped' if scraped else 'not scraped'}:"
                           f" {rate:,.0f} msg/s{extra}", flush=True)  # fmt: skip
