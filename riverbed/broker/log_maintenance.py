@@ -29,6 +29,7 @@ from riverbed.log import (
     CleanerSettings,
     CleaningJob,
     CleaningResult,
+    Log,
     LogError,
     LogManager,
     delete_old_segments,
@@ -53,9 +54,10 @@ class LogMaintenance:
         cleaner_enable: bool,
         cleaner_backoff_ms: int,
         cleaner: CleanerSettings,
-        on_cleaned: Callable[[int, int], None] | None = None,
+        on_cleaned: Callable[[int], None] | None = None,
     ) -> None:
-        """``on_cleaned``: given the bytes read and written by each cleaning installed."""
+        """``on_cleaned``: given the bytes each cleaning installed freed (the log's
+        segments before less after)."""
         self._logs = logs
         self._on_cleaned = on_cleaned
         self._clock = clock
@@ -119,6 +121,7 @@ class LogMaintenance:
                 continue
             try:
                 result = await self._run(job)
+                before = _size(partition_log)
                 installed = install(partition_log, result)
             except (LogError, OSError, CleanerFailed) as e:
                 log.error("cleaning %s-%d failed: %s", topic, partition, e)
@@ -127,7 +130,7 @@ class LogMaintenance:
                 self.cleanings += 1
                 stats = result.stats
                 if self._on_cleaned is not None:
-                    self._on_cleaned(stats.bytes_read, stats.bytes_written)
+                    self._on_cleaned(before - _size(partition_log))
                 log.info(
                     "cleaned %s-%d: %d of %d records kept, %.1f MB read in %.2f s",
                     topic,
@@ -169,6 +172,10 @@ class LogMaintenance:
         if not isinstance(result, CleaningResult):
             raise CleanerFailed("the cleaner process answered something else")
         return result
+
+
+def _size(partition_log: Log) -> int:
+    return sum(segment.size for segment in partition_log.segments)
 
 
 class CleanerFailed(Exception):

@@ -154,7 +154,7 @@ class BrokerMetrics:
         )
         self._cleaner_reclaimed = Counter(
             "riverbed_log_cleaner_reclaimed_bytes",
-            "Bytes freed by the log cleaner's compactions (read less written).",
+            "Bytes freed by the log cleaner's compactions (the segments before less after).",
             registry=registry,
         )
         self._connections = Gauge(
@@ -229,9 +229,9 @@ class BrokerMetrics:
                 with contextlib.suppress(KeyError):
                     counter.remove(topic)
 
-    def cleaned(self, bytes_read: int, bytes_written: int) -> None:
+    def cleaned(self, reclaimed_bytes: int) -> None:
         self._cleaner_runs.inc()
-        self._cleaner_reclaimed.inc(max(bytes_read - bytes_written, 0))
+        self._cleaner_reclaimed.inc(max(reclaimed_bytes, 0))
 
     def connection_opened(self) -> None:
         self._connections.inc()

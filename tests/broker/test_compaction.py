@@ -20,6 +20,7 @@ from riverbed.broker import Broker
 from riverbed.testing.topic_reader import read_to_end
 from tests.support.brokers import BrokerProcess, running_broker, start_broker_process
 from tests.support.log_files import table_of
+from tests.support.metrics import scrape
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -33,6 +34,8 @@ FAST_MAINTENANCE = (
     "log.retention.check.interval.ms=100",
     "--set",
     "log.flush.offset.checkpoint.interval.ms=200",
+    "--set",
+    "metrics.listen=127.0.0.1:0",
 )
 Record = tuple[int, bytes | None, bytes | None]
 
@@ -124,6 +127,15 @@ def test_a_compacted_topic_converges_to_the_latest_value_of_every_live_key(
     records = _read(maintained.bootstrap, topic)
     assert _table(records) == expected
     assert len(records) < 5001 / 10  # far fewer records
+    metrics = scrape(maintained.metrics_url())
+    assert metrics.value("riverbed_log_cleaner_runs_total") >= 1
+    reclaimed = metrics.value("riverbed_log_cleaner_reclaimed_bytes_total")
+    written = metrics.value("riverbed_topic_bytes_in_total", topic=topic)
+    # Most of what was written is gone: 5,001 records down to fewer than 501.
+    size = metrics.value("riverbed_log_size_bytes", topic=topic, partition="0")
+    assert reclaimed > written / 2  # 5,001 records down to fewer than 501
+    # Compaction is all that shrinks this log: what is left is what was written less it.
+    assert reclaimed == written - size
     offsets = [offset for offset, _, _ in records]
     assert offsets == sorted(offsets) and offsets[-1] == 5000  # offsets kept, with gaps
     consumer = KafkaConsumer(  # a second client reads the gaps and rewritten batches

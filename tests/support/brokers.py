@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.support.cli import ChildProcess
 
 LISTENING = re.compile(rb"riverbed broker listening on (\S+):(\d+)")
+METRICS = re.compile(r"riverbed broker metrics on (\S+)")
 GROUPS_FAST = ("--set", "group.initial.rebalance.delay.ms=0")
 """Consumer-group tests need no initial rebalance delay (Kafka's 3 s would only slow them)."""
 
@@ -29,6 +30,7 @@ class BrokerProcess:
     process: subprocess.Popen[bytes]
     bootstrap: str
     log_path: Path
+    _metrics_url: str | None = None
 
     def stop(self, *, sig: int = signal.SIGTERM, timeout_s: float = 30) -> int:
         if self.process.poll() is None:
@@ -49,6 +51,17 @@ class BrokerProcess:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def metrics_url(self) -> str:
+        """Where a broker started with ``metrics.listen`` set serves ``/metrics``: the line
+        it prints after "listening on" (read once)."""
+        if self._metrics_url is None:
+            assert self.process.stdout is not None
+            line = self.process.stdout.readline().decode()
+            match = METRICS.search(line)
+            assert match is not None, f"no metrics line: {line!r}\n{self.log_text()}"
+            self._metrics_url = match.group(1)
+        return self._metrics_url
 
 
 def start_broker_process(
