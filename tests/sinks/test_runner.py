@@ -54,6 +54,10 @@ def test_the_store_is_driven_from_a_thread_of_its_own_while_the_next_batch_is_re
 
     def timed_change_of(*args: Any, **kwargs: Any) -> Change:
         decoded.append(time.monotonic())
+        # A decode that takes a little time (and lets the GIL go): without it, a batch of
+        # ten could be decoded before the store's thread, woken to apply the batch before
+        # it, had started; on a loaded machine every time (CI, once).
+        time.sleep(0.002)
         return change_of(*args, **kwargs)
 
     monkeypatch.setattr("riverbed.sinks.decoding.change_of", timed_change_of)
